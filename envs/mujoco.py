@@ -1,0 +1,268 @@
+"""Native MuJoCo backend: every world stepped by ``mujoco.batch.Batch`` on a C++ thread pool.
+
+The hot path has no per-world Python objects: actions are copied into the batch's ``ctrl``
+state rows, ``Batch.step`` advances all worlds ``frame_skip`` substeps across all cores, and the
+task computes observations, reward terms and terminations as batched torch ops over zero-copy
+views of the batch's arrays (``torch.from_numpy`` of ``Batch.bind``).
+
+One exception, for exactness: Gymnasium computes ``cfrc_ext`` with ``mj_rnePostConstraint``
+after ``mj_step``, i.e. from the last Runge-Kutta stage's contacts. MuJoCo's batch engine has no
+hook to run that function on its worker's MjData, so tasks that read ``cfrc_ext`` (Ant,
+Humanoid) use a persistent batch and compute it per world from ``Batch.get_data`` (~20 us per
+world on Humanoid, about 6% of its physics cost).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import mujoco
+import numpy as np
+import torch
+from mujoco.batch import Batch, SimulationError
+
+from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
+from robotrl.envs.tasks.base import MujocoTask
+
+_STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
+# warnings after which MuJoCo has auto-reset the world: the physics went unstable
+_UNSTABLE = [
+    int(mujoco.mjtWarning.mjWARN_BADQPOS),
+    int(mujoco.mjtWarning.mjWARN_BADQVEL),
+    int(mujoco.mjtWarning.mjWARN_BADQACC),
+]
+
+
+def _full_physics_columns(batch: Batch) -> np.ndarray:
+    """Columns of ``batch.state`` that make up ``mjSTATE_FULLPHYSICS``, in ``mj_getState`` order."""
+    full = int(mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    cols: list[np.ndarray] = []
+    for bit in range(full.bit_length()):
+        if full & (1 << bit):
+            offset, size = batch._b.state_component(1 << bit)
+            cols.append(np.arange(offset, offset + size))
+    out = np.concatenate(cols) if cols else np.zeros(0, np.int64)
+    assert len(out) == mujoco.mj_stateSize(batch.model, full)
+    return out
+
+
+class BatchSim:
+    """``Sim`` over a ``Batch``: attribute access gives live float64 tensors [N, ...]."""
+
+    def __init__(self, batch: Batch, model: mujoco.MjModel) -> None:
+        self._batch = batch
+        self.model = model
+        self.num_envs = batch.nsim
+        self._views: dict[str, torch.Tensor] = {}
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        """Serve ``name`` from ``tensor`` instead of binding the batch field."""
+        self._views[name] = tensor
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        views = self._views
+        if name not in views:
+            with warnings.catch_warnings():
+                # outputs are read-only numpy arrays; the tasks only read them
+                warnings.simplefilter("ignore", UserWarning)
+                views[name] = torch.from_numpy(self._batch.bind(name))
+        return views[name]
+
+
+class MujocoEnv(BatchedEnv):
+    """``num_envs`` worlds of one task, stepped natively on ``num_threads`` threads (0: all)."""
+
+    def __init__(
+        self,
+        task: MujocoTask,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        num_threads: int = 0,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.task = task
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.model = task.model
+        self.batch = Batch(
+            self.model, num_envs, num_threads, persistent=task.needs_cfrc_ext
+        )
+        self.sim = BatchSim(self.batch, self.model)
+        self._ctrl = self.sim.ctrl
+        self._qpos = self.batch.bind("qpos")
+        self._qvel = self.batch.bind("qvel")
+        self._full_cols = _full_physics_columns(self.batch)
+        self._cfrc: torch.Tensor | None = None
+        if task.needs_cfrc_ext:
+            self._cfrc = torch.zeros(num_envs, self.model.nbody, 6, dtype=torch.float64)
+            self.sim.add("cfrc_ext", self._cfrc)
+            self._scratch = mujoco.MjData(self.model)
+        low, high = task.action_bounds()
+        self.spec = EnvSpec(
+            obs_dim=task.obs_dim,
+            action_dim=self.model.nu,
+            action_low=low,
+            action_high=high,
+            control_dt=task.dt,
+            max_episode_steps=task.cfg.max_episode_steps,
+            reward_terms=task.reward_terms,
+            obs_groups={"policy": task.obs_dim},
+            task=task.name,
+        )
+        self._gen = torch.Generator().manual_seed(seed)
+        self._steps = torch.zeros(num_envs, dtype=torch.long)
+        self.num_unstable = 0
+        """Worlds reset because the physics went unstable, since construction."""
+        self._bind_task_fields()
+        self.reset()
+
+    # ------------------------------------------------------------------ internals
+    def _bind_task_fields(self) -> None:
+        """Bind every field the task reads now: a derived field bound later misses a call."""
+        self.batch.reset()
+        zero = torch.zeros(self.num_envs, self.model.nu, dtype=torch.float64)
+        before = self.task.before_step(self.sim)
+        self.task.observe(self.sim)
+        self.task.rewards(self.sim, before, zero)
+        self.task.terminated(self.sim)
+
+    def _warning_counts(self) -> np.ndarray:
+        return self.batch.warning[:, _UNSTABLE, 1].sum(axis=1)
+
+    def _reset_worlds(self, ids: np.ndarray) -> None:
+        """Reset worlds ``ids`` (sorted int array) to fresh samples of the task's reset state."""
+        qpos, qvel = self.task.reset_state(len(ids), self._gen)
+        self.batch.reset(ids, stage=_STAGE_NONE)
+        self._qpos[ids] = qpos.numpy()
+        self._qvel[ids] = qvel.numpy()
+        self.batch.forward(ids)  # as Gymnasium's set_state: mj_forward at the new state
+        self._after_reset(ids)
+
+    def _after_reset(self, ids: np.ndarray) -> None:
+        t = torch.as_tensor(ids, dtype=torch.long)
+        self._steps[t] = torch.as_tensor(
+            np.rint(self.batch.bind("time")[ids] / self.task.dt), dtype=torch.long
+        )
+        if self._cfrc is not None:
+            self._cfrc[t] = 0.0  # Gymnasium's reset runs no mj_rnePostConstraint
+        self._warn = self._warning_counts()
+
+    def _post_constraint_cfrc(self) -> None:
+        """cfrc_ext as Gymnasium computes it: mj_rnePostConstraint after mj_step, per world."""
+        assert self._cfrc is not None
+        scratch, model, out = self._scratch, self.model, self._cfrc.numpy()
+        for i in range(self.num_envs):
+            self.batch.get_data(i, scratch)
+            mujoco.mj_rnePostConstraint(model, scratch)
+            out[i] = scratch.cfrc_ext
+
+    def _physics_step(self) -> np.ndarray:
+        """Advance all worlds one control step; return the bool mask of unstable worlds."""
+        unstable = np.zeros(self.num_envs, dtype=bool)
+        try:
+            self.batch.step(nstep=self.task.frame_skip)
+        except SimulationError as err:
+            unstable[err.ids] = True
+        counts = self._warning_counts()
+        unstable |= counts != self._warn
+        self._warn = counts
+        return unstable
+
+    def _out(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(torch.float32)
+        return x if self.device.type == "cpu" else x.to(self.device, non_blocking=True)
+
+    # ------------------------------------------------------------------ protocol
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        if seed is not None:
+            self._gen.manual_seed(seed)
+        self._reset_worlds(np.arange(self.num_envs, dtype=np.int32))
+        return self._out(self.task.observe(self.sim))
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        check_action(action, self.spec, self.num_envs)
+        action = action.detach().to("cpu", torch.float64)
+        before = self.task.before_step(self.sim)
+        self._ctrl.copy_(action)
+        unstable_np = self._physics_step()
+        if self._cfrc is not None:
+            self._post_constraint_cfrc()
+        obs = self.task.observe(self.sim)
+        terms = self.task.rewards(self.sim, before, action)
+        reward = torch.stack(list(terms.values())).sum(dim=0)
+        terminated = self.task.terminated(self.sim)
+        self._steps += 1
+        truncated = self._steps >= self.spec.max_episode_steps
+        n_unstable = int(unstable_np.sum())
+        if n_unstable:
+            # the world's state is garbage: end its episode with no reward and no bootstrap
+            unstable = torch.from_numpy(unstable_np)
+            self.num_unstable += n_unstable
+            terminated = terminated | unstable
+            truncated = truncated & ~unstable
+            reward = reward.masked_fill(unstable, 0.0)
+            obs = torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
+        done = terminated | truncated
+        final_obs = self._out(obs)
+        next_obs = final_obs
+        if bool(done.any()):
+            ids = done.nonzero().flatten().numpy().astype(np.int32)
+            self._reset_worlds(ids)
+            next_obs = torch.where(done[:, None].to(final_obs.device),
+                                   self._out(self.task.observe(self.sim)), final_obs)
+        info: dict[str, Any] = {
+            "final_obs": final_obs,
+            "reward_terms": {k: self._out(v) for k, v in terms.items()},
+            "unstable": n_unstable,
+        }
+        dev = self.device
+        return StepOut(next_obs, self._out(reward), terminated.to(dev), truncated.to(dev), info)
+
+    def get_state(self) -> torch.Tensor:
+        """MuJoCo's ``mjSTATE_FULLPHYSICS`` vector of every world, [N, S] float64."""
+        return torch.from_numpy(self.batch.state[:, self._full_cols]).to(self.device)
+
+    def set_state(self, state: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
+        """Restore worlds as a fresh reset would: warm start cleared, derived fields recomputed."""
+        if env_ids is None:
+            ids = np.arange(self.num_envs)
+        else:
+            ids = torch.as_tensor(env_ids).detach().cpu().long().numpy().reshape(-1)
+        state_np = torch.as_tensor(state).detach().cpu().to(torch.float64).numpy()
+        expected = (len(ids), len(self._full_cols))
+        if state_np.shape != expected:
+            raise ValueError(
+                f"state has shape {state_np.shape}, expected {expected} = (len(env_ids), "
+                f"mj_stateSize(mjSTATE_FULLPHYSICS))"
+            )
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.num_envs):
+            raise ValueError(f"env_ids must be in [0, {self.num_envs}), got {ids.tolist()}")
+        if len(np.unique(ids)) != len(ids):
+            raise ValueError("env_ids must be unique")
+        order = np.argsort(ids)
+        ids = ids[order].astype(np.int32)
+        self.batch.reset(ids, stage=_STAGE_NONE)
+        self.batch.state[np.ix_(ids, self._full_cols)] = state_np[order]
+        self.batch.forward(ids)
+        self._after_reset(ids)
+
+    def render(self, env_id: int = 0, width: int = 480, height: int = 480,
+               camera: str | int = -1) -> np.ndarray:
+        """RGB frame [H, W, 3] uint8 of world ``env_id`` (needs an offscreen GL: MUJOCO_GL=egl)."""
+        data = self.batch.get_data(env_id)
+        mujoco.mj_forward(self.model, data)
+        if getattr(self, "_renderer", None) is None:
+            self._renderer = mujoco.Renderer(self.model, height=height, width=width)
+        self._renderer.update_scene(data, camera=camera)
+        return self._renderer.render()
+
+    def close(self) -> None:
+        renderer = getattr(self, "_renderer", None)
+        if renderer is not None:
+            renderer.close()
+            self._renderer = None

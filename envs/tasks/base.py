@@ -1,0 +1,143 @@
+"""Task definition shared by every MuJoCo backend.
+
+A task is defined once: its MJCF, reset distribution, observation, named reward terms and
+termination, all written as batched torch functions over a ``Sim`` (live ``[N, ...]`` float64
+views of MjData fields). Backends (native MuJoCo, MJX) provide the ``Sim`` and run the task.
+
+The locomotion tasks reproduce Gymnasium's MuJoCo ``*-v5`` environments: same MJCF (loaded
+from Gymnasium's own assets), observation, reward, termination and reset noise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Protocol
+
+import mujoco
+import torch
+
+
+class Sim(Protocol):
+    """Batched view of the simulation a task reads.
+
+    Attribute access returns live float64 tensors ``[N, *field_shape]`` of MjData fields
+    (``sim.qpos``: [N, nq], ``sim.xpos``: [N, nbody, 3], ``sim.cfrc_ext``: [N, nbody, 6]).
+    """
+
+    model: mujoco.MjModel
+    num_envs: int
+
+    def __getattr__(self, name: str) -> torch.Tensor: ...
+
+
+@dataclasses.dataclass
+class TaskConfig:
+    """Options every task has; tasks subclass it with their Gymnasium parameters."""
+
+    reset_noise_scale: float = 0.1
+    """Scale of the noise added to the initial qpos/qvel."""
+    max_episode_steps: int = 1000
+    """Steps before truncation (Gymnasium's TimeLimit)."""
+
+
+def gymnasium_asset(file: str) -> str:
+    """Path of an MJCF shipped with Gymnasium's MuJoCo environments."""
+    import gymnasium
+
+    path = os.path.join(os.path.dirname(gymnasium.__file__), "envs", "mujoco", "assets", file)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"Gymnasium asset {file!r} not found at {path}")
+    return path
+
+
+class MujocoTask(ABC):
+    """One task: MJCF + reset distribution + observation + reward terms + termination."""
+
+    name: ClassVar[str]
+    """Registry name (lower case)."""
+    gym_id: ClassVar[str]
+    """The Gymnasium environment this task reproduces."""
+    xml_file: ClassVar[str]
+    """MJCF file name in Gymnasium's assets."""
+    frame_skip: ClassVar[int]
+    """Physics substeps per control step."""
+    config_cls: ClassVar[type[TaskConfig]] = TaskConfig
+    """The task's config dataclass."""
+    needs_cfrc_ext: ClassVar[bool] = False
+    """Whether the task reads ``cfrc_ext`` as Gymnasium computes it after a step."""
+
+    def __init__(self, cfg: TaskConfig, model: mujoco.MjModel) -> None:
+        self.cfg = cfg
+        self.model = model
+        # Gymnasium's MujocoEnv: init_qpos = qpos0 of the fresh MjData, init_qvel = 0
+        self.init_qpos = torch.as_tensor(model.qpos0.copy(), dtype=torch.float64)
+        self.init_qvel = torch.zeros(model.nv, dtype=torch.float64)
+
+    @classmethod
+    def load_model(cls) -> mujoco.MjModel:
+        """Compile the task's MJCF."""
+        return mujoco.MjModel.from_xml_path(gymnasium_asset(cls.xml_file))
+
+    @property
+    def dt(self) -> float:
+        """Control period in seconds."""
+        return float(self.model.opt.timestep) * self.frame_skip
+
+    @property
+    @abstractmethod
+    def obs_dim(self) -> int:
+        """Observation length."""
+
+    @property
+    @abstractmethod
+    def reward_terms(self) -> tuple[str, ...]:
+        """Names of the reward terms ``rewards`` returns, in order."""
+
+    def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(low, high), each [nu] float32: the actuator control ranges."""
+        rng = torch.as_tensor(self.model.actuator_ctrlrange.copy(), dtype=torch.float32)
+        return rng[:, 0].clone(), rng[:, 1].clone()
+
+    def uniform(self, gen: torch.Generator, n: int, size: int, scale: float) -> torch.Tensor:
+        """[n, size] float64 uniform in [-scale, scale]."""
+        return (torch.rand(n, size, generator=gen, dtype=torch.float64) * 2 - 1) * scale
+
+    def normal(self, gen: torch.Generator, n: int, size: int, scale: float) -> torch.Tensor:
+        """[n, size] float64 normal with std ``scale``."""
+        return torch.randn(n, size, generator=gen, dtype=torch.float64) * scale
+
+    @abstractmethod
+    def reset_state(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample ``n`` initial states: (qpos [n, nq], qvel [n, nv]) float64."""
+
+    def before_step(self, sim: Sim) -> Any:
+        """Whatever the reward needs from before the step (e.g. the x position)."""
+        return None
+
+    @abstractmethod
+    def observe(self, sim: Sim) -> torch.Tensor:
+        """Observation of every world, [N, obs_dim] float64."""
+
+    @abstractmethod
+    def rewards(self, sim: Sim, before: Any, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Reward terms, each [N] float64, already scaled by their config weights.
+
+        The reward is their sum. ``action``: [N, act_dim] float64 as applied to ``ctrl``.
+        """
+
+    def terminated(self, sim: Sim) -> torch.Tensor:
+        """[N] bool: terminal states. Default: never."""
+        return torch.zeros(sim.num_envs, dtype=torch.bool)
+
+
+def make_config(cls: type[TaskConfig], task: str, overrides: dict[str, Any]) -> TaskConfig:
+    """Build ``cls`` from ``overrides``, naming the allowed keys on a bad one."""
+    allowed = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(overrides) - allowed)
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {unknown} for task {task!r}; allowed: {sorted(allowed)}"
+        )
+    return cls(**overrides)
