@@ -87,6 +87,14 @@ class BatchedEnv(ABC):
         """Restore worlds ``env_ids`` ([K] long, all when None) from ``state`` [K, S]."""
         raise NotImplementedError(f"{type(self).__name__} cannot restore a state")
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue the batch exactly (checkpointing); see backends."""
+        raise NotImplementedError(f"{type(self).__name__} cannot checkpoint its state")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore a checkpoint")
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release simulator resources."""
 

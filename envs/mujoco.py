@@ -251,6 +251,34 @@ class MujocoEnv(BatchedEnv):
         self.batch.forward(ids)
         self._after_reset(ids)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The batch's full integration state (warm start and controls included), episode step
+        counters and the reset RNG: loading it continues every world exactly as if uninterrupted
+        (for tasks whose rewards read state, not RK4-stage derived fields)."""
+        return {
+            "integration_state": torch.from_numpy(self.batch.state.copy()),
+            "steps": self._steps.clone(),
+            "generator": self._gen.get_state(),
+            "num_unstable": self.num_unstable,
+            "cfrc_ext": None if self._cfrc is None else self._cfrc.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        rows = state["integration_state"].numpy()
+        if rows.shape != self.batch.state.shape:
+            raise ValueError(
+                f"checkpointed env state has shape {rows.shape}, this env needs "
+                f"{self.batch.state.shape} (num_envs, state size): different task or num_envs?"
+            )
+        self.batch.state[:] = rows
+        self.batch.forward()
+        self._steps.copy_(state["steps"])
+        self._gen.set_state(state["generator"])
+        self.num_unstable = int(state["num_unstable"])
+        if self._cfrc is not None and state.get("cfrc_ext") is not None:
+            self._cfrc.copy_(state["cfrc_ext"])
+        self._warn = self._warning_counts()
+
     def render(self, env_id: int = 0, width: int = 480, height: int = 480,
                camera: str | int = -1) -> np.ndarray:
         """RGB frame [H, W, 3] uint8 of world ``env_id`` (needs an offscreen GL: MUJOCO_GL=egl)."""

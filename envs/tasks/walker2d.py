@@ -1,0 +1,81 @@
+"""Walker2d, as Gymnasium's ``Walker2d-v5``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig
+
+
+@dataclasses.dataclass
+class Walker2dConfig(TaskConfig):
+    forward_reward_weight: float = 1.0
+    """Weight of the forward velocity reward."""
+    ctrl_cost_weight: float = 1e-3
+    """Weight of the squared-action cost."""
+    healthy_reward: float = 1.0
+    """Reward per step while healthy."""
+    terminate_when_unhealthy: bool = True
+    """End the episode when the walker leaves the healthy ranges."""
+    healthy_z_range: tuple[float, float] = (0.8, 2.0)
+    """Open range of the torso height for a healthy state."""
+    healthy_angle_range: tuple[float, float] = (-1.0, 1.0)
+    """Open range of the torso angle for a healthy state."""
+    reset_noise_scale: float = 5e-3
+    """Uniform qpos and qvel noise scale."""
+
+
+class Walker2d(MujocoTask):
+    name = "walker2d"
+    gym_id = "Walker2d-v5"
+    # v5 model: both feet have friction 1.9 (walker2d.xml, used up to v4, gives the right 0.9)
+    xml_file = "walker2d_v5.xml"
+    frame_skip = 4
+    config_cls = Walker2dConfig
+    cfg: Walker2dConfig
+
+    @property
+    def obs_dim(self) -> int:
+        return self.model.nq - 1 + self.model.nv
+
+    @property
+    def reward_terms(self) -> tuple[str, ...]:
+        return ("forward", "healthy", "ctrl")
+
+    def reset_state(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        s = self.cfg.reset_noise_scale
+        qpos = self.init_qpos + self.uniform(gen, n, self.model.nq, s)
+        qvel = self.init_qvel + self.uniform(gen, n, self.model.nv, s)
+        return qpos, qvel
+
+    def before_step(self, sim: Sim) -> torch.Tensor:
+        return sim.qpos[:, 0].clone()
+
+    def observe(self, sim: Sim) -> torch.Tensor:
+        return torch.cat([sim.qpos[:, 1:], sim.qvel.clamp(-10.0, 10.0)], dim=1)
+
+    def is_healthy(self, sim: Sim) -> torch.Tensor:
+        """[N] bool: torso height and angle inside their (open) healthy ranges."""
+        min_z, max_z = self.cfg.healthy_z_range
+        min_angle, max_angle = self.cfg.healthy_angle_range
+        z, angle = sim.qpos[:, 1], sim.qpos[:, 2]
+        healthy_z = (min_z < z) & (z < max_z)
+        healthy_angle = (min_angle < angle) & (angle < max_angle)
+        return healthy_z & healthy_angle
+
+    def rewards(
+        self, sim: Sim, before: torch.Tensor, action: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        x_velocity = (sim.qpos[:, 0] - before) / self.dt
+        return {
+            "forward": self.cfg.forward_reward_weight * x_velocity,
+            # v5 pays the healthy reward only while healthy, whether or not it terminates
+            "healthy": self.is_healthy(sim).to(torch.float64) * self.cfg.healthy_reward,
+            "ctrl": -self.cfg.ctrl_cost_weight * action.square().sum(dim=1),
+        }
+
+    def terminated(self, sim: Sim) -> torch.Tensor:
+        unhealthy = ~self.is_healthy(sim)
+        return unhealthy if self.cfg.terminate_when_unhealthy else torch.zeros_like(unhealthy)

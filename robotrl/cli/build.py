@@ -1,0 +1,53 @@
+"""Explicit builders from the typed config: the only place concrete classes are chosen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from robotrl.config import TrainConfig, algo_classes, algo_name, to_dict
+from robotrl.envs import BatchedEnv, make
+from robotrl.envs.wrappers import RecordEpisodeStatistics
+from robotrl.runners.on_policy import OnPolicyRunner, RunnerSettings
+
+
+def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True) -> BatchedEnv:
+    """The simulator for ``cfg``; training envs also record episode statistics."""
+    kwargs = dict(cfg.env.options)
+    if cfg.backend.name == "mujoco":
+        kwargs["num_threads"] = cfg.backend.num_threads
+    env = make(cfg.env.task, num_envs, backend=cfg.backend.name, device="cpu", seed=seed, **kwargs)
+    return RecordEpisodeStatistics(env) if train else env
+
+
+def build_algo(cfg: TrainConfig, env: BatchedEnv) -> object:
+    """The learner for ``cfg.algo`` sized for ``env``."""
+    _, alg_cls = algo_classes(algo_name(cfg.algo))
+    spec = env.spec
+    return alg_cls(spec.obs_dim, spec.action_low, spec.action_high, env.num_envs, cfg.algo,
+                   torch.device(cfg.device))
+
+
+def build_runner(cfg: TrainConfig) -> OnPolicyRunner:
+    """Env + algorithm + runner for a training run."""
+    env = build_env(cfg, cfg.num_envs, cfg.seed)
+    alg = build_algo(cfg, env)
+
+    def make_eval_env() -> BatchedEnv:
+        return build_env(cfg, cfg.eval_episodes, cfg.seed + 7919, train=False)
+
+    settings = RunnerSettings(
+        total_steps=cfg.total_steps,
+        steps_per_env=cfg.algo.num_steps,
+        run_dir=Path(cfg.run_dir),
+        max_minutes=cfg.max_minutes,
+        checkpoint_interval=cfg.checkpoint_interval,
+        eval_interval=cfg.eval_interval,
+        log_interval=cfg.logger.log_interval,
+        progress=cfg.logger.progress,
+        tensorboard=cfg.logger.tensorboard,
+        seed=cfg.seed,
+    )
+    return OnPolicyRunner(env, alg, settings, torch.device(cfg.device), make_eval_env,
+                          config=to_dict(cfg))

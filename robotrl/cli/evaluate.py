@@ -1,0 +1,88 @@
+"""``robotrl eval checkpoint=PATH episodes=20 [out=FILE.json] [video=true]``."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from robotrl.cli.args import parse_kv
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
+
+
+def _video_writer(path: Path):  # noqa: ANN202 - imageio writer
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise SystemExit("video=true needs imageio with ffmpeg: pip install 'robotrl[video]'") from None
+    return imageio.get_writer(path, fps=30)
+
+
+def eval_main(argv: list[str]) -> None:
+    from robotrl.checkpoint import CheckpointError, load_checkpoint
+    from robotrl.cli.build import build_algo, build_env
+    from robotrl.config import TrainConfig, from_dict
+    from robotrl.logging import console
+    from robotrl.runners.evaluation import evaluate
+
+    args = parse_kv(argv, {"checkpoint": str, "episodes": int, "out": str, "video": bool,
+                           "seed": int, "device": str})
+    if "checkpoint" not in args:
+        raise SystemExit("robotrl eval needs checkpoint=PATH (a .pt file or a run directory)")
+    try:
+        ckpt = load_checkpoint(str(args["checkpoint"]), required=("config", "algo"))
+    except CheckpointError as err:
+        raise SystemExit(f"error: {err}") from None
+    cfg = from_dict(TrainConfig, ckpt["config"])
+    cfg.device = str(args.get("device", "cpu"))
+    episodes = int(args.get("episodes", 20))
+    if episodes < 1:
+        raise SystemExit(f"episodes must be >= 1, got {episodes}")
+    env = build_env(cfg, episodes, int(args.get("seed", cfg.seed + 7919)), train=False)
+    alg = build_algo(cfg, env)
+    alg.load_state_dict(ckpt["algo"])
+    device = torch.device(cfg.device)
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        return alg.act_deterministic(obs.to(device)).cpu()
+
+    on_step, writer = None, None
+    if args.get("video"):
+        video_path = Path(str(args.get("out", "eval.json"))).with_suffix(".mp4")
+        if not hasattr(env, "render"):
+            raise SystemExit(f"the {cfg.backend.name} backend cannot render")
+        try:
+            env.reset()
+            env.render(0)
+        except Exception as err:  # noqa: BLE001 - GL backends fail in many ways
+            raise SystemExit(
+                f"offscreen rendering is not available ({type(err).__name__}: {err}); "
+                "set MUJOCO_GL=egl (or osmesa after apt-get install libosmesa6)"
+            ) from None
+        writer = _video_writer(video_path)
+        done = {"ended": False}
+
+        def on_step(e, out) -> None:  # noqa: ANN001 - world 0's first episode only
+            if not done["ended"]:
+                writer.append_data(e.render(0))
+                done["ended"] = bool(out.terminated[0] | out.truncated[0])
+
+    result = evaluate(policy, env, seed=int(args.get("seed", cfg.seed + 1_000_003)), on_step=on_step)
+    if writer is not None:
+        writer.close()
+        console.print(f"video written to {video_path}")
+    console.print(f"{cfg.env.task}: return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "
+                  f"length {result['length_mean']:.1f} over {result['episodes']} episodes")
+    if "out" in args:
+        _write_json(Path(str(args["out"])), result)
+        console.print(f"wrote {args['out']}")

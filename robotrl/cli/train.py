@@ -1,0 +1,169 @@
+"""``robotrl train``: Hydra composes ``configs/train.yaml``; we validate and run.
+
+Overrides are checked against the typed config before Hydra runs, so a typo fails at once with
+the allowed keys; values are type-checked when the composed config becomes dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from robotrl.config import TrainConfig, algo_config_class, from_dict, to_dict, validate
+
+GROUPS = ("algo", "env", "backend", "logger")
+CONFIG_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
+
+
+def _config_dir() -> Path:
+    """The installed ``robotrl.configs`` folder."""
+    import robotrl.configs
+
+    return Path(robotrl.configs.__file__).parent
+
+
+def group_options(group: str) -> list[str]:
+    """Option names available for a config group (its YAML files)."""
+    return sorted(p.stem for p in (_config_dir() / group).glob("*.yaml"))
+
+
+class ConfigError(ValueError):
+    """A bad key or value in the run configuration."""
+
+
+def _fields(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def check_overrides(overrides: list[str]) -> None:
+    """Reject unknown keys and group options before Hydra composes anything."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    algo = "ppo"
+    for o in parsed:
+        if o.key_or_group == "algo" and not o.is_sweep_override():
+            algo = str(o.value())
+    top = _fields(TrainConfig)
+    nested = {"env": _fields(TrainConfig().env.__class__),
+              "backend": _fields(TrainConfig().backend.__class__),
+              "logger": _fields(TrainConfig().logger.__class__)}
+    for o in parsed:
+        key = o.key_or_group
+        if key.startswith("hydra") or o.is_delete():
+            continue
+        parts = key.split(".")
+        if parts[0] not in top:
+            raise ConfigError(f"unknown config key {key!r}; allowed top-level keys: {top}")
+        if len(parts) == 1:
+            if parts[0] in GROUPS:
+                values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [
+                    str(o.value())]
+                options = group_options(parts[0])
+                for v in values:
+                    if v not in options:
+                        raise ConfigError(f"unknown {parts[0]} {v!r}; available: {options}")
+            continue
+        if parts[0] == "algo":
+            allowed = _fields(algo_config_class(algo))
+        elif parts[0] in nested:
+            if parts[0] == "env" and parts[1] == "options":
+                continue  # task options are checked by the task's own config
+            allowed = nested[parts[0]]
+        else:
+            raise ConfigError(f"{parts[0]!r} is a plain value, not a group: use {parts[0]}=VALUE")
+        if parts[1] not in allowed or len(parts) > 2:
+            raise ConfigError(f"unknown config key {key!r}; allowed keys in {parts[0]}: {allowed}")
+
+
+def resolve_config(composed: dict[str, Any], overrides: list[str]) -> TrainConfig:
+    """Typed config for the run; with ``resume`` the checkpoint's config plus explicit overrides."""
+    resume = composed.get("resume") or ""
+    if not resume:
+        return from_dict(TrainConfig, composed)
+    from omegaconf import OmegaConf
+
+    from robotrl.checkpoint import load_checkpoint
+
+    saved = load_checkpoint(resume, required=("config",))["config"]
+    explicit = [o for o in overrides if not o.startswith(("resume=", "hydra", "-"))]
+    for o in explicit:
+        key = o.split("=", 1)[0].lstrip("+")
+        if key in GROUPS:
+            raise ConfigError(f"cannot change {key!r} when resuming; the checkpoint has "
+                              f"{key}={saved[key].get('name', saved[key].get('task'))!r}")
+    merged = OmegaConf.merge(OmegaConf.create(saved), OmegaConf.from_dotlist(explicit))
+    data = OmegaConf.to_container(merged, resolve=True)
+    data["resume"] = resume
+    return from_dict(TrainConfig, data)
+
+
+def save_config(cfg: TrainConfig) -> Path:
+    """Write the resolved config to ``run_dir/config.yaml`` atomically."""
+    from omegaconf import OmegaConf
+
+    run_dir = Path(cfg.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.yaml"
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".config.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg))))
+    os.replace(tmp, path)
+    return path
+
+
+def run_training(cfg: TrainConfig) -> dict[str, float] | None:
+    """Validate, build, (resume,) train, evaluate; return the final evaluation."""
+    import torch
+
+    from robotrl.cli.build import build_runner
+    from robotrl.logging import console
+    from robotrl.seeding import seed_everything
+
+    validate(cfg)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    seed_everything(cfg.seed)
+    runner = build_runner(cfg)
+    if cfg.resume:
+        runner.load(cfg.resume)
+        console.print(f"resumed from {cfg.resume} at step {runner.global_step:,}")
+    save_config(cfg)
+    console.print(f"[bold]robotrl train[/bold] {cfg.env.task} with {type(cfg.algo).__name__} "
+                  f"on {cfg.num_envs} worlds ({cfg.backend.name}), {cfg.total_steps:,} steps "
+                  f"-> {cfg.run_dir}")
+    result = runner.train()
+    if result is not None:
+        console.print(f"eval: return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "
+                      f"length {result['length_mean']:.0f} over {result['episodes']} episodes")
+    return result
+
+
+def train_main(argv: list[str]) -> None:
+    """Entry point: validate overrides, then hand over to Hydra."""
+    import hydra
+    from omegaconf import DictConfig, OmegaConf
+
+    overrides = [a for a in argv if not a.startswith("-")]
+    try:
+        check_overrides(overrides)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+    @hydra.main(config_path="pkg://robotrl.configs", config_name="train", version_base="1.3")
+    def _hydra_entry(dcfg: DictConfig) -> None:
+        composed = OmegaConf.to_container(dcfg, resolve=True)
+        try:
+            cfg = resolve_config(composed, overrides)
+            validate(cfg)
+        except (ConfigError, ValueError, TypeError) as err:
+            print(f"config error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+        run_training(cfg)
+
+    sys.argv = ["robotrl train", *argv]
+    _hydra_entry()

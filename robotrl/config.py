@@ -1,0 +1,221 @@
+"""Typed run configuration: the source of truth for every key ``robotrl train`` accepts.
+
+Hydra YAML in ``configs/`` only selects and overrides these dataclasses; ``from_dict`` turns the
+composed mapping into them, failing on unknown keys (naming the allowed ones) and wrong types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import types
+import typing
+from typing import Any, Union
+
+# algorithm name -> (module, config class, algorithm class); imported on demand
+ALGORITHMS: dict[str, tuple[str, str, str]] = {
+    "ppo": ("robotrl.algos.ppo", "PPOConfig", "PPO"),
+}
+
+
+@dataclasses.dataclass
+class EnvConfig:
+    """Which task to simulate and how."""
+
+    task: str = "halfcheetah"
+    """Task name (``robotrl.envs.list_tasks()``) or, on the gymnasium backend, a Gymnasium id."""
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Task config overrides, e.g. ``{ctrl_cost_weight: 0.2, max_episode_steps: 500}``."""
+
+
+@dataclasses.dataclass
+class BackendConfig:
+    """Simulator backend."""
+
+    name: str = "mujoco"
+    """One of ``robotrl.envs.BACKENDS``."""
+    num_threads: int = 0
+    """Simulation threads for the native backend (0: all cores)."""
+
+
+@dataclasses.dataclass
+class LoggerConfig:
+    """Logging and progress display."""
+
+    tensorboard: bool = True
+    """Write TensorBoard event files to ``run_dir``."""
+    progress: bool = True
+    """Show a rich progress bar (steps, steps/s, ETA, latest mean return)."""
+    log_interval: int = 1
+    """Log metrics every this many iterations."""
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """One training run: ``robotrl train key=value ...``."""
+
+    algo: Any = None
+    """Algorithm config; its YAML carries ``name`` (one of ALGORITHMS)."""
+    env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
+    """Task selection."""
+    backend: BackendConfig = dataclasses.field(default_factory=BackendConfig)
+    """Simulator backend."""
+    logger: LoggerConfig = dataclasses.field(default_factory=LoggerConfig)
+    """Logging."""
+    num_envs: int = 64
+    """Parallel training worlds."""
+    total_steps: int = 2_000_000
+    """Environment steps (summed over worlds) to train for."""
+    seed: int = 0
+    """Seed of the run: networks, sampling, env resets."""
+    device: str = "cpu"
+    """Learner device (``cpu``, ``cuda``, ``cuda:1``)."""
+    max_minutes: float = 0.0
+    """Wall-clock budget in minutes (0: none); on expiry the run checkpoints and evaluates."""
+    run_dir: str = "runs/default"
+    """Directory for all outputs: config.yaml, TensorBoard events, checkpoints/last.pt."""
+    resume: str = ""
+    """Checkpoint to continue from ('' starts fresh)."""
+    checkpoint_interval: int = 50
+    """Write ``checkpoints/last.pt`` every this many iterations (and at the end)."""
+    eval_interval: int = 0
+    """Evaluate every this many iterations (0: only at the end)."""
+    eval_episodes: int = 10
+    """Episodes per evaluation (one per evaluation world)."""
+
+
+def algo_classes(name: str) -> tuple[type, type]:
+    """(config dataclass, algorithm class) of algorithm ``name``."""
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algo {name!r}; available: {', '.join(ALGORITHMS)}")
+    module_name, cfg_cls, alg_cls = ALGORITHMS[name]
+    module = importlib.import_module(module_name)
+    return getattr(module, cfg_cls), getattr(module, alg_cls)
+
+
+def algo_config_class(name: str) -> type:
+    """The config dataclass of algorithm ``name``."""
+    return algo_classes(name)[0]
+
+
+def _check_type(value: Any, hint: Any, path: str) -> Any:
+    """Return ``value`` converted to ``hint`` where lossless, else raise naming ``path``."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        errors = []
+        for option in typing.get_args(hint):
+            try:
+                return _check_type(value, option, path)
+            except TypeError as err:
+                errors.append(str(err))
+        raise TypeError(f"{path}: {value!r} matches none of {hint}")
+    if hint is type(None):
+        if value is None:
+            return None
+        raise TypeError(f"{path}: expected None, got {value!r}")
+    if origin in (list, tuple) or hint in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{path}: expected a list, got {type(value).__name__} {value!r}")
+        args = typing.get_args(hint)
+        item = args[0] if args else Any
+        out = [_check_type(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(out) if (origin or hint) is tuple else out
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"{path}: expected a mapping, got {type(value).__name__} {value!r}")
+        return dict(value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise TypeError(f"{path}: expected true/false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise TypeError(f"{path}: expected an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise TypeError(f"{path}: expected a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise TypeError(f"{path}: expected a string, got {value!r}")
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, path)
+    return value
+
+
+def from_dict(cls: type, data: Any, path: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping, validating keys and types recursively."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise TypeError(f"{path or cls.__name__}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        where = f" in {path}" if path else ""
+        raise ValueError(f"unknown config key(s) {unknown}{where}; allowed keys: {names}")
+    kwargs = {}
+    for key, value in data.items():
+        sub = f"{path}.{key}" if path else key
+        if cls is TrainConfig and key == "algo":
+            kwargs[key] = _algo_from_dict(value)
+        else:
+            kwargs[key] = _check_type(value, hints[key], sub)
+    return cls(**kwargs)
+
+
+def _algo_from_dict(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return value
+    if not isinstance(value, dict) or "name" not in value:
+        raise ValueError(
+            f"algo must be a mapping with a 'name' (one of {list(ALGORITHMS)}), got {value!r}"
+        )
+    fields = dict(value)
+    name = fields.pop("name")
+    return from_dict(algo_config_class(name), fields, "algo")
+
+
+def algo_name(algo_cfg: Any) -> str:
+    """Registry name of an algorithm config instance."""
+    for name in ALGORITHMS:
+        if type(algo_cfg) is algo_config_class(name):
+            return name
+    raise ValueError(f"unregistered algorithm config {type(algo_cfg).__name__}")
+
+
+def to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """Plain-data form of ``cfg`` (``algo`` carries its ``name``), round-trips via ``from_dict``."""
+    out = dataclasses.asdict(cfg)
+    out["algo"] = {"name": algo_name(cfg.algo), **dataclasses.asdict(cfg.algo)}
+    return out
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Value checks that types cannot express; raise before any training starts."""
+    from robotrl.envs import BACKENDS, list_tasks
+
+    if cfg.num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {cfg.num_envs}")
+    if cfg.total_steps < 1:
+        raise ValueError(f"total_steps must be >= 1, got {cfg.total_steps}")
+    if cfg.max_minutes < 0:
+        raise ValueError(f"max_minutes must be >= 0, got {cfg.max_minutes}")
+    if cfg.backend.name not in BACKENDS:
+        raise ValueError(f"unknown backend {cfg.backend.name!r}; available: {list(BACKENDS)}")
+    if cfg.backend.name == "mujoco" and cfg.env.task not in list_tasks():
+        raise ValueError(f"unknown task {cfg.env.task!r}; available tasks: {list_tasks()}")
+    if cfg.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={cfg.device!r} but CUDA is not available; use device=cpu")
+    elif cfg.device != "cpu":
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {cfg.device!r}")
