@@ -118,6 +118,9 @@ class MujocoEnv(BatchedEnv):
         self._steps = torch.zeros(num_envs, dtype=torch.long)
         self.num_unstable = 0
         """Worlds reset because the physics went unstable, since construction."""
+        # worlds a set_state made unstable (MuJoCo auto-reset them in forward): reported and
+        # properly reset at the next step
+        self._pending_unstable = np.zeros(num_envs, dtype=bool)
         self._bind_task_fields()
         self.reset()
 
@@ -142,6 +145,7 @@ class MujocoEnv(BatchedEnv):
         self._qvel[ids] = qvel.numpy()
         self.batch.forward(ids)  # as Gymnasium's set_state: mj_forward at the new state
         self._after_reset(ids)
+        self._pending_unstable[ids] = False
 
     def _after_reset(self, ids: np.ndarray) -> None:
         t = torch.as_tensor(ids, dtype=torch.long)
@@ -169,7 +173,8 @@ class MujocoEnv(BatchedEnv):
         except SimulationError as err:
             unstable[err.ids] = True
         counts = self._warning_counts()
-        unstable |= counts != self._warn
+        unstable |= (counts != self._warn) | self._pending_unstable
+        self._pending_unstable[:] = False
         self._warn = counts
         return unstable
 
@@ -248,7 +253,9 @@ class MujocoEnv(BatchedEnv):
         ids = ids[order].astype(np.int32)
         self.batch.reset(ids, stage=_STAGE_NONE)
         self.batch.state[np.ix_(ids, self._full_cols)] = state_np[order]
+        before = self._warning_counts()
         self.batch.forward(ids)
+        self._pending_unstable |= self._warning_counts() != before
         self._after_reset(ids)
 
     def state_dict(self) -> dict[str, Any]:

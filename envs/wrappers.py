@@ -1,0 +1,330 @@
+"""Batched env wrappers: observation and reward normalization, action scaling, episode stats.
+
+    env = RecordEpisodeStatistics(ScaleReward(NormalizeObservation(RescaleAction(make(...)))))
+
+Every wrapper is a ``BatchedEnv`` over an inner one and works on whole ``[N, ...]`` tensors on
+``env.device``. Wrappers with running state (normalizer statistics, return accumulators) save it
+with ``state_dict()``; the dict nests the inner env's, so one call on the outermost wrapper
+checkpoints the whole stack and ``load_state_dict`` restores it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from typing import Any
+
+import torch
+
+from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
+from robotrl.nn.normalizer import RunningNormalizer
+
+
+class Wrapper(BatchedEnv):
+    """Forwards everything to ``env``; subclasses override what they change.
+
+    Attributes the wrapper lacks (``task``, ``render``, ``num_unstable``...) are read from the
+    inner env. ``own_state_dict``/``load_own_state_dict`` are the hooks for a wrapper's state.
+    """
+
+    def __init__(self, env: BatchedEnv) -> None:
+        if not isinstance(env, BatchedEnv):
+            raise TypeError(f"{type(self).__name__} wraps a BatchedEnv, got {type(env).__name__}")
+        self.env = env
+
+    @property
+    def num_envs(self) -> int:  # type: ignore[override]
+        return self.env.num_envs
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return self.env.device
+
+    @property
+    def spec(self) -> EnvSpec:  # type: ignore[override]
+        return self.env.spec
+
+    @property
+    def unwrapped(self) -> BatchedEnv:
+        """The innermost env."""
+        env = self.env
+        return env.unwrapped if isinstance(env, Wrapper) else env
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for attributes not found normally; "env" guards against recursion
+        # before __init__ has set it (copy, pickle)
+        if name.startswith("_") or name == "env":
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        return self.env.reset(seed)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        return self.env.step(action)
+
+    def get_state(self) -> torch.Tensor:
+        return self.env.get_state()
+
+    def set_state(self, state: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
+        self.env.set_state(state, env_ids)
+
+    def close(self) -> None:
+        self.env.close()
+
+    # ------------------------------------------------------------------ checkpointing
+    def own_state_dict(self) -> dict[str, Any]:
+        """This wrapper's running state (none by default)."""
+        return {}
+
+    def load_own_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``own_state_dict`` returned."""
+        if state:
+            raise ValueError(f"{type(self).__name__} has no state, got keys {sorted(state)}")
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"wrapper": own state, "env": inner env's state_dict}``.
+
+        "env" is there when the inner env implements ``state_dict`` (wrappers and the native
+        MuJoCo backend do; the Gymnasium backend does not, so only wrapper state is saved).
+        """
+        out: dict[str, Any] = {"wrapper": self.own_state_dict()}
+        if _has_state(self.env):
+            out["env"] = self.env.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore this wrapper and, recursively, the inner env from ``state_dict()``."""
+        if not isinstance(state, dict) or "wrapper" not in state:
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict expects the dict state_dict() returns "
+                f"(keys 'wrapper' and, for a stateful inner env, 'env'), got {state!r:.200}"
+            )
+        inner_has_state = _has_state(self.env)
+        if inner_has_state != ("env" in state):
+            raise ValueError(
+                f"state for {type(self).__name__} {'lacks' if inner_has_state else 'has'} an "
+                f"'env' entry but the inner {type(self.env).__name__} "
+                f"{'has' if inner_has_state else 'has no'} state: was it saved from the same "
+                "wrapper stack?"
+            )
+        self.load_own_state_dict(state["wrapper"])
+        if inner_has_state:
+            self.env.load_state_dict(state["env"])
+
+
+def _has_state(env: BatchedEnv) -> bool:
+    """Whether ``env`` implements ``state_dict`` (``BatchedEnv``'s default raises)."""
+    return type(env).state_dict is not BatchedEnv.state_dict
+
+
+def _replace_info(out: StepOut, **entries: Any) -> StepOut:
+    """``out`` with a copy of its info updated by ``entries`` (the inner dict is left alone)."""
+    return out._replace(info={**out.info, **entries})
+
+
+class NormalizeObservation(Wrapper):
+    """Observations (and ``info["final_obs"]``) standardized by running statistics.
+
+    Statistics are updated with every observation handed to the policy (``reset`` and
+    ``step``'s ``obs``, [N, obs_dim]); the last observations of finished episodes are normalized
+    but not counted, as in Stable-Baselines3's ``VecNormalize``. Set ``update = False`` to
+    freeze the statistics for evaluation.
+    """
+
+    def __init__(self, env: BatchedEnv, update: bool = True, eps: float = 1e-8,
+                 clip: float = 10.0) -> None:
+        super().__init__(env)
+        self.update = update
+        """Whether observations update the statistics (False: frozen, for evaluation)."""
+        self.normalizer = RunningNormalizer(env.spec.obs_dim, eps=eps, clip=clip).to(env.device)
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        obs = self.env.reset(seed)
+        if self.update:
+            self.normalizer.update(obs)
+        return self.normalizer(obs)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        out = self.env.step(action)
+        if self.update:
+            self.normalizer.update(out.obs)
+        info: dict[str, Any] = {}
+        if "final_obs" in out.info:
+            info["final_obs"] = self.normalizer(out.info["final_obs"])
+        return _replace_info(out._replace(obs=self.normalizer(out.obs)), **info)
+
+    def own_state_dict(self) -> dict[str, Any]:
+        return {k: v.clone() for k, v in self.normalizer.state_dict().items()}
+
+    def load_own_state_dict(self, state: dict[str, Any]) -> None:
+        self.normalizer.load_state_dict(state)
+
+
+class ScaleReward(Wrapper):
+    """Reward divided by the running std of the discounted return (Engstrom et al. 2020, §3).
+
+    Per world, ``R_t = gamma * R_{t-1} + r_t`` (``R`` restarts at 0 after a terminated or
+    truncated step); the running variance of all ``R_t`` seen gives
+    ``r_t / sqrt(var(R) + eps)``, clipped to ``[-clip, clip]``. The mean is not subtracted: the
+    sign of the reward is kept. The statistics update only while ``update`` is True.
+    """
+
+    def __init__(self, env: BatchedEnv, gamma: float = 0.99, eps: float = 1e-8,
+                 clip: float = 10.0, update: bool = True) -> None:
+        super().__init__(env)
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+        if not clip > 0:
+            raise ValueError(f"clip must be > 0 (math.inf: no clipping), got {clip}")
+        self.gamma = gamma
+        self.eps = eps
+        self.clip = clip
+        self.update = update
+        """Whether returns update the statistics (False: frozen, for evaluation)."""
+        self.return_rms = RunningNormalizer(1, eps=eps).to(env.device)
+        self.returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
+        """[N] float64: discounted return of each world's current episode."""
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        self.returns.zero_()
+        return self.env.reset(seed)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        out = self.env.step(action)
+        self.returns.mul_(self.gamma).add_(out.reward)
+        if self.update:
+            self.return_rms.update(self.returns[:, None])
+        std = torch.sqrt(self.return_rms.var + self.eps).to(out.reward.dtype)
+        reward = torch.clamp(out.reward / std, -self.clip, self.clip)
+        self.returns.masked_fill_(out.terminated | out.truncated, 0.0)
+        return out._replace(reward=reward)
+
+    def own_state_dict(self) -> dict[str, Any]:
+        state = {f"rms.{k}": v.clone() for k, v in self.return_rms.state_dict().items()}
+        return {**state, "returns": self.returns.clone()}
+
+    def load_own_state_dict(self, state: dict[str, Any]) -> None:
+        self.return_rms.load_state_dict(
+            {k.removeprefix("rms."): v for k, v in state.items() if k.startswith("rms.")}
+        )
+        self.returns.copy_(state["returns"])
+
+
+def _finite_bounds(spec: EnvSpec, wrapper: str) -> None:
+    if not bool(torch.isfinite(spec.action_low).all() & torch.isfinite(spec.action_high).all()):
+        raise ValueError(
+            f"{wrapper} needs finite action bounds; task {spec.task!r} has low="
+            f"{spec.action_low.tolist()}, high={spec.action_high.tolist()}"
+        )
+
+
+class RescaleAction(Wrapper):
+    """The policy acts in ``[-1, 1]``; actions are mapped linearly onto the env's bounds.
+
+    ``a_env = low + (a + 1) / 2 * (high - low)``. Inputs outside ``[-1, 1]`` map outside the
+    bounds (compose with ``ClipAction`` outside this wrapper to clip in policy space).
+    ``spec.action_low``/``action_high`` become -1 and 1.
+    """
+
+    def __init__(self, env: BatchedEnv) -> None:
+        super().__init__(env)
+        _finite_bounds(env.spec, "RescaleAction")
+        low, high = env.spec.action_low, env.spec.action_high
+        self._low = low.to(env.device)
+        self._half_range = ((high - low) / 2).to(env.device)
+        self._spec = dataclasses.replace(
+            env.spec, action_low=-torch.ones_like(low), action_high=torch.ones_like(high)
+        )
+
+    @property
+    def spec(self) -> EnvSpec:  # type: ignore[override]
+        return self._spec
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        check_action(action, self._spec, self.num_envs)
+        low, half = self._low.to(action.dtype), self._half_range.to(action.dtype)
+        return self.env.step(low + (action + 1) * half)
+
+
+class ClipAction(Wrapper):
+    """Actions clipped to the env's bounds, ``[N, act_dim]``."""
+
+    def __init__(self, env: BatchedEnv) -> None:
+        super().__init__(env)
+        self._low = env.spec.action_low.to(env.device)
+        self._high = env.spec.action_high.to(env.device)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        check_action(action, self.spec, self.num_envs)
+        low, high = self._low.to(action.dtype), self._high.to(action.dtype)
+        return self.env.step(torch.clamp(action, low, high))
+
+
+class RecordEpisodeStatistics(Wrapper):
+    """Per-world running return and length; finished episodes reported in ``info["episode"]``.
+
+    After every step ``info["episode"] = {"return": [K] float32, "length": [K] long}`` for the K
+    worlds whose episode ended (terminated or truncated) this step, K >= 0, in world order.
+    ``recent_returns``/``recent_lengths`` keep the last ``window`` finished episodes.
+    """
+
+    def __init__(self, env: BatchedEnv, window: int = 100) -> None:
+        super().__init__(env)
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.window = window
+        self.episode_returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
+        """[N] float64: return of each world's current episode so far."""
+        self.episode_lengths = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)
+        """[N] long: steps of each world's current episode so far."""
+        self.recent_returns: deque[float] = deque(maxlen=window)
+        self.recent_lengths: deque[int] = deque(maxlen=window)
+        self.num_episodes = 0
+        """Episodes finished since construction (or the loaded checkpoint's count)."""
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        self.episode_returns.zero_()
+        self.episode_lengths.zero_()
+        return self.env.reset(seed)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        out = self.env.step(action)
+        self.episode_returns.add_(out.reward)
+        self.episode_lengths.add_(1)
+        done = out.terminated | out.truncated
+        returns = self.episode_returns[done].to(torch.float32)
+        lengths = self.episode_lengths[done]
+        self.episode_returns.masked_fill_(done, 0.0)
+        self.episode_lengths.masked_fill_(done, 0)
+        if returns.numel():  # the size is known on the host once the mask was applied
+            self.recent_returns.extend(returns.tolist())
+            self.recent_lengths.extend(lengths.tolist())
+            self.num_episodes += returns.numel()
+        return _replace_info(out, episode={"return": returns, "length": lengths})
+
+    def own_state_dict(self) -> dict[str, Any]:
+        return {
+            "episode_returns": self.episode_returns.clone(),
+            "episode_lengths": self.episode_lengths.clone(),
+            "recent_returns": list(self.recent_returns),
+            "recent_lengths": list(self.recent_lengths),
+            "num_episodes": self.num_episodes,
+        }
+
+    def load_own_state_dict(self, state: dict[str, Any]) -> None:
+        self.episode_returns.copy_(state["episode_returns"])
+        self.episode_lengths.copy_(state["episode_lengths"])
+        self.recent_returns = deque(state["recent_returns"], maxlen=self.window)
+        self.recent_lengths = deque(state["recent_lengths"], maxlen=self.window)
+        self.num_episodes = int(state["num_episodes"])
+
+
+__all__ = [
+    "ClipAction",
+    "NormalizeObservation",
+    "RecordEpisodeStatistics",
+    "RescaleAction",
+    "ScaleReward",
+    "Wrapper",
+]

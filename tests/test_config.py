@@ -1,0 +1,78 @@
+"""Config errors fail before training, naming the key and the allowed values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from robotrl.cli.train import ConfigError, check_overrides
+from robotrl.config import EnvConfig, TrainConfig, from_dict, to_dict, validate
+
+
+def test_unknown_top_level_key() -> None:
+    with pytest.raises(ConfigError, match=r"unknown config key 'num_env'.*allowed top-level keys.*num_envs"):
+        check_overrides(["num_env=8"])
+
+
+def test_unknown_group_option_lists_available() -> None:
+    with pytest.raises(ConfigError, match=r"unknown env 'cheetah'; available: \[.*'halfcheetah'"):
+        check_overrides(["env=cheetah"])
+    with pytest.raises(ConfigError, match="unknown algo 'dqn'"):
+        check_overrides(["algo=dqn"])
+
+
+def test_unknown_nested_key() -> None:
+    with pytest.raises(ConfigError, match=r"unknown config key 'algo.learning_rat'.*learning_rate"):
+        check_overrides(["algo.learning_rat=1e-3"])
+    with pytest.raises(ConfigError, match="allowed keys in backend"):
+        check_overrides(["backend.threads=2"])
+
+
+def test_valid_overrides_pass() -> None:
+    check_overrides(["algo=ppo", "env=hopper", "num_envs=8", "seed=3", "algo.learning_rate=1e-3",
+                     "env.options.ctrl_cost_weight=0.2", "hydra.run.dir=/tmp/x", "seed=0,1,2"])
+
+
+def test_from_dict_types() -> None:
+    base = to_dict(from_dict(TrainConfig, {"algo": {"name": "ppo"}}))
+    assert from_dict(TrainConfig, base).algo == from_dict(TrainConfig, base).algo
+    bad = dict(base, num_envs="many")
+    with pytest.raises(TypeError, match="num_envs: expected an integer"):
+        from_dict(TrainConfig, bad)
+    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['colour'\] in env"):
+        from_dict(TrainConfig, dict(base, env={"task": "hopper", "colour": 1}))
+    with pytest.raises(TypeError, match="algo.learning_rate: expected a number"):
+        from_dict(TrainConfig, dict(base, algo={"name": "ppo", "learning_rate": "fast"}))
+
+
+def test_validate_values() -> None:
+    cfg = from_dict(TrainConfig, {"algo": {"name": "ppo"}})
+    validate(cfg)
+    cfg.env = EnvConfig(task="halfcheeta")
+    with pytest.raises(ValueError, match="unknown task 'halfcheeta'; available tasks"):
+        validate(cfg)
+    cfg.env = EnvConfig()
+    cfg.num_envs = 0
+    with pytest.raises(ValueError, match="num_envs must be >= 1"):
+        validate(cfg)
+
+
+def test_cli_reports_bad_key_before_training(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "robotrl.cli.main", "train", "algo.clip=0.3", f"run_dir={tmp_path}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "config error: unknown config key 'algo.clip'" in proc.stderr
+    assert not (tmp_path / "config.yaml").exists()
+
+
+def test_cli_reports_bad_type_before_training(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "robotrl.cli.main", "train", "num_envs=lots", f"run_dir={tmp_path}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "num_envs: expected an integer" in proc.stderr
