@@ -1,1 +1,25 @@
+"""Learning algorithms; they see tensors and specs, never environments."""
 
+from robotrl.algos.advantages import gae, group_normalize
+from robotrl.algos.pg_core import (
+    AGGREGATIONS,
+    aggregate,
+    clipped_surrogate,
+    kl_k3,
+    policy_loss,
+    value_loss,
+)
+from robotrl.algos.ppo import PPO, PPOConfig
+
+__all__ = [
+    "AGGREGATIONS",
+    "PPO",
+    "PPOConfig",
+    "aggregate",
+    "clipped_surrogate",
+    "gae",
+    "group_normalize",
+    "kl_k3",
+    "policy_loss",
+    "value_loss",
+]

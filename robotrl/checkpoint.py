@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -16,14 +18,21 @@ class CheckpointError(RuntimeError):
     """A checkpoint file is missing, truncated, corrupt or from an incompatible version."""
 
 
-def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
-    """Write ``payload`` to ``path`` atomically: temp file in the same folder, fsync, rename."""
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[Any]]:
+    """Open a temp file beside ``path``; on success fsync it and rename it over ``path``.
+
+    A crash or kill at any point leaves either the old file or the complete new one.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make outputs private
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format_version": FORMAT_VERSION, **payload}, f)
+        with os.fdopen(fd, mode) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -31,7 +40,13 @@ def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Pa
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
+
+
+def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to ``path`` atomically (see ``atomic_open``)."""
+    with atomic_open(path, "wb") as f:
+        torch.save({"format_version": FORMAT_VERSION, **payload}, f)
+    return Path(path)
 
 
 def load_checkpoint(path: str | os.PathLike[str], required: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from robotrl.config import TrainConfig, algo_classes, algo_name, to_dict
-from robotrl.envs import BatchedEnv, make
+from robotrl.envs import BatchedEnv, EnvSpec, make
 from robotrl.envs.wrappers import RecordEpisodeStatistics
 from robotrl.runners.on_policy import OnPolicyRunner, RunnerSettings
 
@@ -21,18 +21,17 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True) ->
     return RecordEpisodeStatistics(env) if train else env
 
 
-def build_algo(cfg: TrainConfig, env: BatchedEnv) -> object:
-    """The learner for ``cfg.algo`` sized for ``env``."""
+def build_algo(cfg: TrainConfig, spec: EnvSpec) -> object:
+    """The learner for ``cfg.algo``, sized for ``spec`` and ``cfg.num_envs`` training worlds."""
     _, alg_cls = algo_classes(algo_name(cfg.algo))
-    spec = env.spec
-    return alg_cls(spec.obs_dim, spec.action_low, spec.action_high, env.num_envs, cfg.algo,
+    return alg_cls(spec.obs_dim, spec.action_low, spec.action_high, cfg.num_envs, cfg.algo,
                    torch.device(cfg.device))
 
 
 def build_runner(cfg: TrainConfig) -> OnPolicyRunner:
     """Env + algorithm + runner for a training run."""
     env = build_env(cfg, cfg.num_envs, cfg.seed)
-    alg = build_algo(cfg, env)
+    alg = build_algo(cfg, env.spec)
 
     def make_eval_env() -> BatchedEnv:
         return build_env(cfg, cfg.eval_episodes, cfg.seed + 7919, train=False)

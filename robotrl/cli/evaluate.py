@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -13,11 +11,10 @@ from robotrl.cli.args import parse_kv
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
+    from robotrl.checkpoint import atomic_open
+
+    with atomic_open(path, "w") as f:
         json.dump(data, f, indent=2)
-    os.replace(tmp, path)
 
 
 def _video_writer(path: Path):  # noqa: ANN202 - imageio writer
@@ -49,7 +46,7 @@ def eval_main(argv: list[str]) -> None:
     if episodes < 1:
         raise SystemExit(f"episodes must be >= 1, got {episodes}")
     env = build_env(cfg, episodes, int(args.get("seed", cfg.seed + 7919)), train=False)
-    alg = build_algo(cfg, env)
+    alg = build_algo(cfg, env.spec)
     alg.load_state_dict(ckpt["algo"])
     device = torch.device(cfg.device)
 

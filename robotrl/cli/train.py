@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +79,22 @@ def check_overrides(overrides: list[str]) -> None:
             raise ConfigError(f"unknown config key {key!r}; allowed keys in {parts[0]}: {allowed}")
 
 
+def hydra_overrides(overrides: list[str]) -> list[str]:
+    """Overrides as Hydra should see them: validated keys become ``++key=value``.
+
+    The dataclasses, not the YAML, define which keys exist, so a field the YAML leaves at its
+    default (``algo.num_steps``, ``env.options.<task option>``) is added rather than rejected.
+    """
+    out = []
+    for o in overrides:
+        key = o.split("=", 1)[0]
+        if "=" not in o or key.startswith(("+", "~", "hydra")) or key in GROUPS:
+            out.append(o)
+        else:
+            out.append("++" + o)
+    return out
+
+
 def resolve_config(composed: dict[str, Any], overrides: list[str]) -> TrainConfig:
     """Typed config for the run; with ``resume`` the checkpoint's config plus explicit overrides."""
     resume = composed.get("resume") or ""
@@ -106,13 +121,11 @@ def save_config(cfg: TrainConfig) -> Path:
     """Write the resolved config to ``run_dir/config.yaml`` atomically."""
     from omegaconf import OmegaConf
 
-    run_dir = Path(cfg.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "config.yaml"
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=".config.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
+    from robotrl.checkpoint import atomic_open
+
+    path = Path(cfg.run_dir) / "config.yaml"
+    with atomic_open(path, "w") as f:
         f.write(OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg))))
-    os.replace(tmp, path)
     return path
 
 
@@ -165,5 +178,6 @@ def train_main(argv: list[str]) -> None:
             raise SystemExit(2) from None
         run_training(cfg)
 
-    sys.argv = ["robotrl train", *argv]
+    flags = [a for a in argv if a.startswith("-")]
+    sys.argv = ["robotrl train", *flags, *hydra_overrides(overrides)]
     _hydra_entry()

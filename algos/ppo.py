@@ -1,0 +1,414 @@
+"""Proximal Policy Optimization (Schulman et al. 2017) on batched environments.
+
+PPO = GAE (``advantages.gae``) + the clipped surrogate and value losses of ``pg_core`` + an
+entropy bonus, optimized with Adam over minibatch epochs. The on-policy runner drives it:
+
+    action = ppo.act(obs)                          # under torch.inference_mode()
+    out = env.step(action)
+    ppo.process_env_step(out.reward, out.terminated, out.truncated, out.info["final_obs"])
+    ...                                            # num_steps times
+    ppo.compute_returns(out.obs)
+    metrics = ppo.update(progress)                 # outside inference mode
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from robotrl.algos.advantages import gae
+from robotrl.algos.pg_core import policy_loss, value_loss
+from robotrl.nn.mlp import ACTIVATIONS
+from robotrl.nn.normalizer import RunningNormalizer
+from robotrl.nn.policy import GaussianActorCritic
+from robotrl.storage.rollout import RolloutBuffer
+
+MIN_ADAPTIVE_LR = 1e-5
+"""Floor of the KL-adaptive learning rate."""
+MAX_ADAPTIVE_LR = 1e-2
+"""Ceiling of the KL-adaptive learning rate."""
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyperparameters; the defaults are ``robotrl train``'s (MuJoCo locomotion, 64 envs, CPU)."""
+
+    num_steps: int = 32
+    """Rollout length per environment per update (batch = num_steps * num_envs)."""
+    num_epochs: int = 5
+    """Passes over each rollout."""
+    num_minibatches: int = 4
+    """Minibatches per pass (minibatch = num_steps * num_envs / num_minibatches)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda (Schulman et al. 2016)."""
+    clip_low: float = 0.2
+    """Lower clip width of the probability ratio (ratio >= 1 - clip_low)."""
+    clip_high: float = 0.2
+    """Upper clip width of the probability ratio (ratio <= 1 + clip_high)."""
+    value_clip: float = 0.0
+    """Clip width of the value prediction around its rollout value; 0 disables."""
+    value_coef: float = 1.0
+    """Weight of the value loss (half squared error) in the total loss."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (entropy summed over action dimensions)."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip; 0 disables clipping (the norm is still reported)."""
+    learning_rate: float = 3e-4
+    """Adam learning rate (initial value for the adaptive and linear schedules)."""
+    lr_schedule: str = "adaptive"
+    """"fixed", "adaptive" (KL-adaptive, as RSL-RL) or "linear" (anneal to 0 over training)."""
+    desired_kl: float = 0.01
+    """Target KL(old || new) of the adaptive schedule (k3 estimate on each minibatch)."""
+    actor_hidden: tuple[int, ...] = (256, 256)
+    """Hidden widths of the policy network (of the trunk with shared_backbone)."""
+    critic_hidden: tuple[int, ...] = (256, 256)
+    """Hidden widths of the value network (unused with shared_backbone)."""
+    activation: str = "elu"
+    """Hidden activation: relu, tanh, elu, silu or gelu."""
+    shared_backbone: bool = False
+    """One trunk for policy and value, with two linear heads."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian policy."""
+    state_dependent_std: bool = False
+    """Predict the log std from the observation instead of a free parameter per dimension."""
+    normalize_obs: bool = True
+    """Normalize observations by running mean and variance (updated while acting)."""
+    normalize_advantages: bool = True
+    """Standardize advantages over each rollout before the epochs."""
+    reward_scaling: bool = True
+    """Divide rewards by the running std of the discounted return, clip to +-10 (Engstrom et al. 2020)."""
+
+    def __post_init__(self) -> None:
+        self.actor_hidden = tuple(int(w) for w in self.actor_hidden)
+        self.critic_hidden = tuple(int(w) for w in self.critic_hidden)
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(
+                f"unknown lr_schedule {self.lr_schedule!r}; known: {', '.join(LR_SCHEDULES)}"
+            )
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {self.activation!r}; known: {', '.join(ACTIVATIONS)}"
+            )
+        for name in ("num_steps", "num_epochs", "num_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.value_clip < 0 or self.max_grad_norm < 0:
+            raise ValueError("value_clip and max_grad_norm must be >= 0 (0 disables)")
+
+
+LR_SCHEDULES: dict[str, Callable[[float, float, PPOConfig], float]] = {
+    "fixed": lambda lr, progress, cfg: cfg.learning_rate,
+    "linear": lambda lr, progress, cfg: cfg.learning_rate * max(0.0, 1.0 - progress),
+    # moved by adaptive_lr after every minibatch; carried over between updates
+    "adaptive": lambda lr, progress, cfg: lr,
+}
+"""Learning rate at the start of an update: f(current lr, progress in [0, 1], cfg) -> lr."""
+
+
+def adaptive_lr(lr: float, kl: float, desired_kl: float) -> float:
+    """RSL-RL's KL-adaptive rule (Rudin et al. 2022): /1.5 above 2x target, x1.5 below 1/2.
+
+    ``update`` applies it before every optimizer step, with the k3 estimate of KL(old || new)
+    on that minibatch (RSL-RL uses the closed-form Gaussian KL; both estimate the same thing).
+    """
+    if kl > 2.0 * desired_kl:
+        return max(MIN_ADAPTIVE_LR, lr / 1.5)
+    if 0.0 < kl < 0.5 * desired_kl:
+        return min(MAX_ADAPTIVE_LR, lr * 1.5)
+    return lr
+
+
+def ppo_loss(
+    policy: GaussianActorCritic, batch: dict[str, torch.Tensor], cfg: PPOConfig
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's total loss on one minibatch: clipped surrogate + value + entropy bonus.
+
+    Args:
+        policy: the actor-critic being optimized.
+        batch: ``obs`` [B, obs_dim], ``action`` [B, A], ``log_prob``, ``value``,
+            ``advantages``, ``returns`` [B] (a ``RolloutBuffer`` minibatch).
+        cfg: clip widths and loss weights.
+
+    Returns:
+        ``(loss [], metrics)``; metrics are detached scalars under the keys of
+        ``LOSS_METRIC_KEYS`` (``loss/value`` unweighted, ``loss/entropy`` = -entropy).
+    """
+    dist, value = policy(batch["obs"])
+    log_prob = dist.log_prob(batch["action"]).sum(-1)
+    entropy = dist.entropy().sum(-1).mean()
+    pg_loss, pg_metrics = policy_loss(
+        log_prob, batch["log_prob"], batch["advantages"], cfg.clip_low, cfg.clip_high
+    )
+    value_clip = cfg.value_clip if cfg.value_clip > 0 else None
+    v_loss, _ = value_loss(value, batch["value"], batch["returns"], value_clip)
+    loss = pg_loss + cfg.value_coef * v_loss - cfg.entropy_coef * entropy
+    metrics = {
+        "loss/policy": pg_loss,
+        "loss/value": v_loss,
+        "loss/entropy": -entropy,
+        "loss/total": loss,
+        "train/kl": pg_metrics["approx_kl"],
+        "train/clipfrac": pg_metrics["clipfrac"],
+        "train/entropy": entropy,
+        "train/action_std": dist.stddev.mean(),
+    }
+    return loss, {key: metric.detach() for key, metric in metrics.items()}
+
+
+LOSS_METRIC_KEYS: tuple[str, ...] = (
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
+    "loss/total",
+    "train/kl",
+    "train/clipfrac",
+    "train/entropy",
+    "train/action_std",
+)
+"""Metrics ``ppo_loss`` returns; ``update`` adds train/grad_norm, train/lr, train/explained_variance."""
+
+
+class PPO:
+    """PPO with a Gaussian actor-critic; see the module docstring for the call protocol.
+
+    Attributes:
+        policy: the ``GaussianActorCritic``; it takes normalized observations.
+        obs_normalizer: ``RunningNormalizer`` applied before the policy, or None.
+        buffer: the ``RolloutBuffer`` [num_steps, num_envs, ...]; it stores normalized obs.
+        generator: drives action sampling and minibatch shuffling.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_low: torch.Tensor,
+        action_high: torch.Tensor,
+        num_envs: int,
+        cfg: PPOConfig | None = None,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+    ) -> None:
+        """Args: ``action_low``/``action_high`` [A] bounds; ``seed`` of the sampling generator
+        (None: drawn from torch's global RNG, so ``torch.manual_seed`` fixes it)."""
+        self.cfg = cfg = cfg if cfg is not None else PPOConfig()
+        self.device = torch.device(device)
+        self.num_envs = num_envs
+        self.action_low = torch.as_tensor(action_low, dtype=torch.float32).to(self.device)
+        self.action_high = torch.as_tensor(action_high, dtype=torch.float32).to(self.device)
+        act_dim = self.action_low.numel()
+        self.policy = GaussianActorCritic(
+            obs_dim, act_dim, cfg.actor_hidden, cfg.critic_hidden, cfg.activation,
+            cfg.shared_backbone, cfg.init_log_std, cfg.state_dependent_std,
+        ).to(self.device)  # fmt: skip
+        self.lr = cfg.learning_rate
+        # eps=1e-5 as in the PPO reference implementation (Andrychowicz et al. 2021, C.8)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.lr, eps=1e-5)
+        norm = RunningNormalizer
+        self.obs_normalizer = norm(obs_dim).to(self.device) if cfg.normalize_obs else None
+        self.return_normalizer = norm(1).to(self.device) if cfg.reward_scaling else None
+        self.discounted_return = torch.zeros(num_envs, device=self.device)
+        self.buffer = RolloutBuffer(cfg.num_steps, num_envs, obs_dim, act_dim, self.device)
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        self._pending = False  # act() recorded a step that process_env_step() has not closed
+
+    def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
+        obs = obs.to(self.device, torch.float32)
+        return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
+
+    def _set_lr(self, lr: float) -> None:
+        self.lr = lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """Sample actions for ``obs`` [N, obs_dim] and record the step; returns [N, A] clipped."""
+        if self._pending:
+            raise RuntimeError("act() called twice without process_env_step() in between")
+        obs = obs.to(self.device, torch.float32)
+        if self.obs_normalizer is not None:
+            self.obs_normalizer.update(obs)
+        obs = self._normalize(obs)
+        dist, value = self.policy(obs)
+        noise = torch.randn(
+            dist.loc.shape, generator=self.generator, device=self.device, dtype=dist.loc.dtype
+        )
+        action = dist.loc + dist.scale * noise
+        # written now: the env may overwrite the tensor it passed as obs during step()
+        self.buffer.add_policy(obs, action, dist.log_prob(action).sum(-1), value)
+        self._pending = True
+        return torch.clamp(action, self.action_low, self.action_high)
+
+    @torch.no_grad()
+    def process_env_step(
+        self,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        final_obs: torch.Tensor,
+    ) -> None:
+        """Record the outcome of the last ``act``.
+
+        Args:
+            reward: [N].
+            terminated: [N] bool.
+            truncated: [N] bool.
+            final_obs: [N, obs_dim] last observation of each episode (before auto-reset); its
+                value bootstraps the truncated rows.
+        """
+        if not self._pending:
+            raise RuntimeError("process_env_step() called without a preceding act()")
+        reward = reward.to(self.device, torch.float32)
+        terminated = terminated.to(self.device, torch.bool)
+        truncated = truncated.to(self.device, torch.bool)
+        if self.return_normalizer is not None:
+            self.discounted_return.mul_(self.cfg.gamma).add_(reward)
+            self.return_normalizer.update(self.discounted_return)
+            std = torch.sqrt(self.return_normalizer.var + 1e-8).to(reward.dtype)
+            # clipped as in SB3's VecNormalize: the first steps' return variance can be ~0
+            clip = self.return_normalizer.clip
+            reward = torch.clamp(reward / std, -clip, clip)
+            self.discounted_return.masked_fill_(terminated | truncated, 0.0)
+        # every row is evaluated (a branch on truncated.any() would sync with the host)
+        truncation_value = self.policy.value(self._normalize(final_obs))
+        self.buffer.add_env(reward, terminated, truncated, truncation_value)
+        self._pending = False
+
+    @torch.no_grad()
+    def compute_returns(self, last_obs: torch.Tensor) -> None:
+        """Fill the buffer's next_value, advantages and returns; ``last_obs`` [N, obs_dim]."""
+        buf = self.buffer
+        buf.fill_next_value(self.policy.value(self._normalize(last_obs)))
+        advantages, returns = gae(
+            buf.reward,
+            buf.value,
+            buf.next_value,
+            buf.terminated,
+            buf.terminated | buf.truncated,
+            self.cfg.gamma,
+            self.cfg.gae_lambda,
+        )
+        buf.advantages.copy_(advantages)
+        buf.returns.copy_(returns)
+
+    def update(self, progress: float = 0.0) -> dict[str, float]:
+        """Minibatch epochs on the stored rollout, then clear it.
+
+        Args:
+            progress: fraction of training done, in [0, 1] (drives the linear schedule).
+
+        Returns:
+            Flat metrics averaged over minibatches: ``loss/{policy,value,entropy,total}``
+            (unweighted terms; ``loss/entropy`` is minus the entropy) and ``train/{kl,
+            clipfrac, entropy, lr, action_std, explained_variance, grad_norm}``.
+
+        Raises:
+            FloatingPointError: a loss or gradient is NaN/Inf; raised before that optimizer
+                step, so the parameters stay finite.
+        """
+        cfg, buf = self.cfg, self.buffer
+        if not buf.full:
+            raise RuntimeError(
+                f"update() needs a full rollout: {buf.step} of {buf.num_steps} steps"
+            )
+        self._set_lr(LR_SCHEDULES[cfg.lr_schedule](self.lr, progress, cfg))
+        with torch.no_grad():
+            returns_var = buf.returns.var()
+            explained_variance = 1.0 - (buf.returns - buf.value).var() / returns_var
+            explained_variance = torch.where(returns_var > 0, explained_variance, 0.0)
+            if cfg.normalize_advantages:
+                adv = buf.advantages
+                adv.copy_((adv - adv.mean()) / (adv.std() + 1e-8))
+        params = list(self.policy.parameters())
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+        keys = (*LOSS_METRIC_KEYS, "train/grad_norm")
+        totals = torch.zeros(len(keys), device=self.device)
+        num_updates = 0
+        for epoch in range(cfg.num_epochs):
+            for i, batch in enumerate(buf.minibatches(cfg.num_minibatches, self.generator)):
+                loss, metrics = ppo_loss(self.policy, batch, cfg)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                metrics["train/grad_norm"] = nn.utils.clip_grad_norm_(params, max_norm)
+                # one host sync per minibatch: the finiteness guard and the adaptive lr need it
+                step = torch.stack([metrics[key] for key in keys])
+                kl_index = keys.index("train/kl")
+                finite, kl = torch.stack(
+                    [torch.isfinite(step).all().to(step), step[kl_index]]
+                ).tolist()
+                if not finite:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    values = ", ".join(
+                        f"{k} {v:.4g}" for k, v in zip(keys, step.tolist(), strict=True)
+                    )
+                    raise FloatingPointError(
+                        f"PPO update produced a non-finite loss or gradient (epoch {epoch}, "
+                        f"minibatch {i}: {values}); the optimizer step was skipped and the "
+                        "parameters are unchanged. Check rewards and observations for NaN/Inf, "
+                        "or lower the learning rate."
+                    )
+                if cfg.lr_schedule == "adaptive":
+                    self._set_lr(adaptive_lr(self.lr, kl, cfg.desired_kl))
+                self.optimizer.step()
+                totals += step
+                num_updates += 1
+        buf.clear()
+        with torch.no_grad():
+            params_finite = torch.stack([torch.isfinite(p).all() for p in params]).all()
+            values = torch.cat(
+                [totals / num_updates, explained_variance[None], params_finite[None]]
+            )
+        *means, explained, finite = values.tolist()
+        if not finite:
+            raise FloatingPointError("PPO parameters became NaN/Inf during the update")
+        metrics = dict(zip(keys, means, strict=True))
+        metrics["train/lr"] = self.lr
+        metrics["train/explained_variance"] = explained
+        return metrics
+
+    @torch.no_grad()
+    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        """Clipped mean action for ``obs`` [N, obs_dim]: [N, A]; records nothing."""
+        action = self.policy.deterministic(self._normalize(obs))
+        return torch.clamp(action, self.action_low, self.action_high)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs between updates (tensors are shared, not copied)."""
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "obs_normalizer": _module_state(self.obs_normalizer),
+            "return_normalizer": _module_state(self.return_normalizer),
+            "discounted_return": self.discounted_return,
+            "lr": self.lr,
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned; the rollout buffer starts empty."""
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        for name in ("obs_normalizer", "return_normalizer"):
+            module = getattr(self, name)
+            if (module is None) != (state[name] is None):
+                raise ValueError(f"{name} in the checkpoint does not match this config")
+            if module is not None:
+                module.load_state_dict(state[name])
+        self.discounted_return.copy_(state["discounted_return"])
+        self._set_lr(float(state["lr"]))
+        self.generator.set_state(state["generator"].cpu())
+        self.buffer.clear()
+        self._pending = False
+
+
+def _module_state(module: nn.Module | None) -> dict[str, Any] | None:
+    return None if module is None else module.state_dict()

@@ -1,0 +1,47 @@
+"""MLP builder and Gaussian actor-critic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from robotrl.nn.mlp import ACTIVATIONS, mlp
+from robotrl.nn.policy import LOG_STD_MAX, GaussianActorCritic
+
+
+def test_mlp_structure_activations_and_init() -> None:
+    net = mlp(3, [8, 5], 2, "elu", ortho_init=True, out_gain=0.01)
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(3, 8), (8, 5), (5, 2)]
+    assert sum(isinstance(m, nn.ELU) for m in net) == 2
+    assert net(torch.zeros(7, 3)).shape == (7, 2)
+    # orthogonal rows scaled by the gain: W W^T = gain^2 I for a wide-to-narrow layer
+    w = linears[-1].weight
+    torch.testing.assert_close(w @ w.T, 1e-4 * torch.eye(2), atol=1e-7, rtol=0)
+    assert all(torch.count_nonzero(m.bias) == 0 for m in linears)
+    trunk = mlp(3, [8], None, "relu")
+    assert isinstance(trunk[-1], nn.ReLU) and trunk(torch.zeros(1, 3)).shape == (1, 8)
+    assert set(ACTIVATIONS) == {"relu", "tanh", "elu", "silu", "gelu"}
+    with pytest.raises(ValueError, match="known activations: relu, tanh, elu, silu, gelu"):
+        mlp(3, [8], 2, "swish")
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("state_dependent_std", [False, True])
+def test_actor_critic_shapes_and_std(shared: bool, state_dependent_std: bool) -> None:
+    torch.manual_seed(0)
+    ac = GaussianActorCritic(5, 3, (16, 16), (8,), "tanh", shared, -0.5, state_dependent_std)
+    obs = torch.randn(4, 5)
+    dist, value = ac(obs)
+    assert dist.loc.shape == (4, 3) and value.shape == (4,)
+    torch.testing.assert_close(ac.value(obs), value)
+    torch.testing.assert_close(ac.dist(obs).loc, dist.loc)
+    torch.testing.assert_close(ac.deterministic(obs), dist.loc)
+    # small output gain: log std starts near init_log_std, means near 0
+    torch.testing.assert_close(dist.scale.log(), torch.full((4, 3), -0.5), atol=0.05, rtol=0)
+    assert dist.loc.abs().max() < 0.1
+    if not state_dependent_std:
+        with torch.no_grad():
+            ac.log_std.fill_(10.0)
+        assert ac.dist(obs).scale.log().max().item() == pytest.approx(LOG_STD_MAX)
