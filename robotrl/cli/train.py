@@ -138,7 +138,7 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
     from robotrl.seeding import seed_everything
 
     validate(cfg)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(cfg.torch_threads or os.cpu_count() or 1)
     seed_everything(cfg.seed)
     runner = build_runner(cfg)
     if cfg.resume:
