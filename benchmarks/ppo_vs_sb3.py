@@ -256,7 +256,7 @@ def ours_throughput(task: str, args: argparse.Namespace, console: Console) -> di
         "run_dir": str(run_dir), "logger": {"progress": False},
         "eval_episodes": args.eval_episodes})
     validate(cfg)
-    torch.set_num_threads(args.torch_threads)
+    torch.set_num_threads(cfg.torch_threads or CORES)  # ours: its own config's setting
     seed_everything(cfg.seed)
     runner = build_runner(cfg)
     runner.make_eval_env = None  # evaluated below, outside the timed call
@@ -365,7 +365,7 @@ def ours_wallclock(task: str, minutes: float, name: str, extra: list[str],
     run_dir = fresh_dir(Path(args.out) / name, console)
     cfg = compose_ours(task, minutes, run_dir, args, extra)
     validate(cfg)
-    torch.set_num_threads(args.torch_threads)
+    torch.set_num_threads(cfg.torch_threads or CORES)  # ours: its own config's setting
     seed_everything(cfg.seed)
     runner = build_runner(cfg)
     runner.make_eval_env = None  # TimedEvals evaluates, on the training clock
@@ -521,7 +521,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run directories and TensorBoard events (default: benchmarks/results/)")
     p.add_argument("--json", metavar="FILE", help="write every figure to FILE")
     p.add_argument("--torch-threads", type=int, default=CORES,
-                   help=f"torch.set_num_threads of both contestants (default: cores = {CORES})")
+                   help=f"torch.set_num_threads of SB3 (default: cores = {CORES}); ours uses "
+                        "its config's torch_threads")
     g = p.add_argument_group("throughput mode")
     g.add_argument("--steps", type=int, default=200_000, help="env steps of each contestant")
     g.add_argument("--num-envs", type=int, default=TrainConfig().num_envs, help="ours' worlds")
@@ -560,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"robotrl PPO vs Stable-Baselines3 ({args.mode}) | {cpu_name()}, {CORES} cores | "
                   f"mujoco {mujoco.__version__}, torch {torch.__version__}, "
                   f"SB3 {stable_baselines3.__version__} | seed {args.seed}, "
-                  f"{args.torch_threads} torch threads")
+                  f"SB3 {args.torch_threads} torch threads, ours {TrainConfig().torch_threads}")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if load > 0.5:
         console.print(f"[yellow]load average {load:.1f} before starting: other processes share "
