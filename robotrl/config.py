@@ -82,8 +82,8 @@ class TrainConfig:
     """Checkpoint to continue from ('' starts fresh)."""
     checkpoint_interval: int = 50
     """Write ``checkpoints/last.pt`` every this many iterations (and at the end)."""
-    eval_interval: int = 0
-    """Evaluate every this many iterations (0: only at the end)."""
+    eval_interval: int = 100
+    """Evaluate deterministically every this many iterations (0: only at the end)."""
     eval_episodes: int = 10
     """Episodes per evaluation (one per evaluation world)."""
 

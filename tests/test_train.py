@@ -103,3 +103,31 @@ def test_cli_train_then_eval(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert set(result) == {"return_mean", "return_std", "length_mean", "episodes"}
     assert result["episodes"] == 3
+
+
+def test_ctrl_c_saves_a_checkpoint(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from robotrl.checkpoint import load_checkpoint
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robotrl.cli.main", "train", "env=inverted_pendulum", "num_envs=4",
+         "total_steps=100000000", "algo.num_steps=16", f"run_dir={run}", "logger.progress=false",
+         "checkpoint_interval=100000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while not any(run.glob("events.out.tfevents.*")) and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(3)  # a few iterations in
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0
+    assert "interrupted: checkpoint saved" in err, err
+    ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert ckpt["iteration"] > 0
