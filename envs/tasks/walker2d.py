@@ -6,7 +6,8 @@ import dataclasses
 
 import torch
 
-from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig
+from robotrl.envs.tasks.base import Sim, TaskConfig
+from robotrl.envs.tasks.hopper import Hopper
 
 
 @dataclasses.dataclass
@@ -27,7 +28,9 @@ class Walker2dConfig(TaskConfig):
     """Uniform qpos and qvel noise scale."""
 
 
-class Walker2d(MujocoTask):
+class Walker2d(Hopper):
+    """Hopper's observation, reward terms, reset and termination; its own health check."""
+
     name = "walker2d"
     gym_id = "Walker2d-v5"
     # v5 model: both feet have friction 1.9 (walker2d.xml, used up to v4, gives the right 0.9)
@@ -35,26 +38,6 @@ class Walker2d(MujocoTask):
     frame_skip = 4
     config_cls = Walker2dConfig
     cfg: Walker2dConfig
-
-    @property
-    def obs_dim(self) -> int:
-        return self.model.nq - 1 + self.model.nv
-
-    @property
-    def reward_terms(self) -> tuple[str, ...]:
-        return ("forward", "healthy", "ctrl")
-
-    def reset_state(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        s = self.cfg.reset_noise_scale
-        qpos = self.init_qpos + self.uniform(gen, n, self.model.nq, s)
-        qvel = self.init_qvel + self.uniform(gen, n, self.model.nv, s)
-        return qpos, qvel
-
-    def before_step(self, sim: Sim) -> torch.Tensor:
-        return sim.qpos[:, 0].clone()
-
-    def observe(self, sim: Sim) -> torch.Tensor:
-        return torch.cat([sim.qpos[:, 1:], sim.qvel.clamp(-10.0, 10.0)], dim=1)
 
     def is_healthy(self, sim: Sim) -> torch.Tensor:
         """[N] bool: torso height and angle inside their (open) healthy ranges."""
@@ -64,18 +47,3 @@ class Walker2d(MujocoTask):
         healthy_z = (min_z < z) & (z < max_z)
         healthy_angle = (min_angle < angle) & (angle < max_angle)
         return healthy_z & healthy_angle
-
-    def rewards(
-        self, sim: Sim, before: torch.Tensor, action: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        x_velocity = (sim.qpos[:, 0] - before) / self.dt
-        return {
-            "forward": self.cfg.forward_reward_weight * x_velocity,
-            # v5 pays the healthy reward only while healthy, whether or not it terminates
-            "healthy": self.is_healthy(sim).to(torch.float64) * self.cfg.healthy_reward,
-            "ctrl": -self.cfg.ctrl_cost_weight * action.square().sum(dim=1),
-        }
-
-    def terminated(self, sim: Sim) -> torch.Tensor:
-        unhealthy = ~self.is_healthy(sim)
-        return unhealthy if self.cfg.terminate_when_unhealthy else torch.zeros_like(unhealthy)
