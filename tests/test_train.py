@@ -131,3 +131,17 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path: Path) -> None:
     assert "interrupted: checkpoint saved" in err, err
     ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
     assert ckpt["iteration"] > 0
+
+
+def test_cli_multirun_writes_one_run_per_seed(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "robotrl.cli.main", "train", "-m", "env=inverted_pendulum",
+         "num_envs=2", "total_steps=32", "algo.num_steps=16", "seed=0,1",
+         f"run_dir={tmp_path}/s${{seed}}", "logger.progress=false", "eval_episodes=1",
+         f"hydra.sweep.dir={tmp_path}/sweep"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for seed in (0, 1):
+        assert (tmp_path / f"s{seed}" / "checkpoints" / "last.pt").exists()
+        assert f"seed: {seed}" in (tmp_path / f"s{seed}" / "config.yaml").read_text()
