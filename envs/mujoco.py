@@ -27,11 +27,8 @@ from robotrl.envs.tasks.base import MujocoTask
 
 _STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
 # warnings after which MuJoCo has auto-reset the world: the physics went unstable
-_UNSTABLE = [
-    int(mujoco.mjtWarning.mjWARN_BADQPOS),
-    int(mujoco.mjtWarning.mjWARN_BADQVEL),
-    int(mujoco.mjtWarning.mjWARN_BADQACC),
-]
+_UNSTABLE = slice(int(mujoco.mjtWarning.mjWARN_BADQPOS), int(mujoco.mjtWarning.mjWARN_BADQACC) + 1)
+assert _UNSTABLE.stop - _UNSTABLE.start == 3  # BADQPOS, BADQVEL, BADQACC are adjacent
 
 
 def _full_physics_columns(batch: Batch) -> np.ndarray:

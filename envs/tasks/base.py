@@ -74,16 +74,15 @@ class MujocoTask(ABC):
         # Gymnasium's MujocoEnv: init_qpos = qpos0 of the fresh MjData, init_qvel = 0
         self.init_qpos = torch.as_tensor(model.qpos0.copy(), dtype=torch.float64)
         self.init_qvel = torch.zeros(model.nv, dtype=torch.float64)
+        # cached: reading model.opt builds a wrapper object (~30 us), too slow for every step
+        self.dt = float(model.opt.timestep) * self.frame_skip
+        """Control period in seconds."""
 
     @classmethod
     def load_model(cls) -> mujoco.MjModel:
         """Compile the task's MJCF."""
         return mujoco.MjModel.from_xml_path(gymnasium_asset(cls.xml_file))
 
-    @property
-    def dt(self) -> float:
-        """Control period in seconds."""
-        return float(self.model.opt.timestep) * self.frame_skip
 
     @property
     @abstractmethod
