@@ -38,6 +38,9 @@ from typing import Any
 import mujoco
 import stable_baselines3
 import torch
+
+# the sibling benchmark script (this folder is on sys.path when run as a script)
+from env_throughput import CORES, cpu_name  # noqa: E402
 from rich.console import Console
 from rich.table import Table
 from stable_baselines3 import PPO as SB3PPO
@@ -57,7 +60,6 @@ from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.runners.evaluation import PolicyFn, evaluate
 from robotrl.seeding import seed_everything
 
-CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 TARGET_SPEEDUP = 5.0
 """Throughput target: ours / SB3 end-to-end env-steps/s."""
 TARGET_HC_5MIN, TARGET_HC_LONG = 5400.0, 6500.0
@@ -83,15 +85,6 @@ ZOO: dict[str, dict[str, Any]] = {
                                              activation_fn=nn.ReLU,
                                              net_arch=dict(pi=[256, 256], vf=[256, 256]))),
 }
-
-
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo, else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def plain(x: Any) -> Any:
