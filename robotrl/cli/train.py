@@ -12,10 +12,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from robotrl.config import TrainConfig, algo_config_class, from_dict, to_dict, validate
+from robotrl.config import (
+    BackendConfig,
+    EnvConfig,
+    LoggerConfig,
+    TrainConfig,
+    algo_config_class,
+    from_dict,
+    to_dict,
+    validate,
+)
 
 GROUPS = ("algo", "env", "backend", "logger")
-CONFIG_DIR = Path(__file__).resolve().parent.parent.parent / "configs"
 
 
 def _config_dir() -> Path:
@@ -48,9 +56,8 @@ def check_overrides(overrides: list[str]) -> None:
         if o.key_or_group == "algo" and not o.is_sweep_override():
             algo = str(o.value())
     top = _fields(TrainConfig)
-    nested = {"env": _fields(TrainConfig().env.__class__),
-              "backend": _fields(TrainConfig().backend.__class__),
-              "logger": _fields(TrainConfig().logger.__class__)}
+    nested = {"env": _fields(EnvConfig), "backend": _fields(BackendConfig),
+              "logger": _fields(LoggerConfig)}
     for o in parsed:
         key = o.key_or_group
         if key.startswith("hydra") or o.is_delete():
