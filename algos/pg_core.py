@@ -3,8 +3,8 @@
 Nothing here knows about PPO, GRPO or TRPO. Tensors are "elements": one per action for control
 (``[B]``) or one per token for sequences (``[B, L]`` with a ``[B, L]`` mask). PPO uses
 ``policy_loss`` + ``value_loss``; GRPO uses ``policy_loss`` on group-relative advantages, with
-``kl_k3`` towards a reference policy; TRPO uses ``clipped_surrogate`` without clipping and
-``kl_k3`` for its trust region. Metrics are detached tensors, so callers decide when to sync.
+``kl_k3`` towards a reference policy; TRPO uses ``surrogate`` (unclipped) with a closed-form
+Gaussian KL for its trust region. Metrics are detached tensors, so callers decide when to sync.
 """
 
 from __future__ import annotations
@@ -40,6 +40,23 @@ def clipped_surrogate(
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
     return -torch.minimum(unclipped, clipped), clipped < unclipped
+
+
+def surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """The unclipped importance-weighted surrogate, negated to be minimized.
+
+    TRPO's objective (Schulman et al. 2015, eq. 14): ``-r A`` with ``r = exp(log_ratio)``;
+    equal to ``clipped_surrogate`` with infinite clip widths. Its gradient at ``r = 1`` is the
+    policy gradient.
+
+    Args:
+        log_ratio: [...] log pi_new(a|s) - log pi_old(a|s).
+        advantages: advantages, broadcastable to ``log_ratio``.
+
+    Returns:
+        [...] per-element loss ``-exp(log_ratio) * advantages``.
+    """
+    return -torch.exp(log_ratio) * advantages
 
 
 def kl_k3(log_ratio: torch.Tensor) -> torch.Tensor:

@@ -20,12 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from robotrl.algos.advantages import gae
+from robotrl.algos.on_policy_base import GaussianOnPolicy
 from robotrl.algos.pg_core import policy_loss, value_loss
 from robotrl.nn.mlp import ACTIVATIONS
-from robotrl.nn.normalizer import RunningNormalizer
 from robotrl.nn.policy import GaussianActorCritic
-from robotrl.storage.rollout import RolloutBuffer
 
 MIN_ADAPTIVE_LR = 1e-5
 """Floor of the KL-adaptive learning rate."""
@@ -177,8 +175,10 @@ LOSS_METRIC_KEYS: tuple[str, ...] = (
 """Metrics ``ppo_loss`` returns; ``update`` adds train/grad_norm, train/lr, train/explained_variance."""
 
 
-class PPO:
+class PPO(GaussianOnPolicy):
     """PPO with a Gaussian actor-critic; see the module docstring for the call protocol.
+
+    Acting, GAE and the normalizers come from ``GaussianOnPolicy`` (shared with TRPO).
 
     Attributes:
         policy: the ``GaussianActorCritic``; it takes normalized observations.
@@ -200,115 +200,21 @@ class PPO:
         """Args: ``action_low``/``action_high`` [A] bounds; ``seed`` of the sampling generator
         (None: drawn from torch's global RNG, so ``torch.manual_seed`` fixes it)."""
         self.cfg = cfg = cfg if cfg is not None else PPOConfig()
-        self.device = torch.device(device)
-        self.num_envs = num_envs
-        self.action_low = torch.as_tensor(action_low, dtype=torch.float32).to(self.device)
-        self.action_high = torch.as_tensor(action_high, dtype=torch.float32).to(self.device)
-        act_dim = self.action_low.numel()
-        self.policy = GaussianActorCritic(
-            obs_dim, act_dim, cfg.actor_hidden, cfg.critic_hidden, cfg.activation,
-            cfg.shared_backbone, cfg.init_log_std, cfg.state_dependent_std,
-        ).to(self.device)  # fmt: skip
+        super().__init__(
+            obs_dim, action_low, action_high, num_envs, cfg, device, seed,
+            cfg.shared_backbone, cfg.state_dependent_std,
+        )  # fmt: skip
         self.lr = cfg.learning_rate
         # eps=1e-5 as in the PPO reference implementation (Andrychowicz et al. 2021, C.8)
         # foreach: one kernel per op over all tensors, not one per parameter (faster on CPU too)
         self.optimizer = torch.optim.Adam(
             self.policy.parameters(), lr=self.lr, eps=1e-5, foreach=True
         )
-        norm = RunningNormalizer
-        self.obs_normalizer = norm(obs_dim).to(self.device) if cfg.normalize_obs else None
-        self.return_normalizer = norm(1).to(self.device) if cfg.reward_scaling else None
-        self.discounted_return = torch.zeros(num_envs, device=self.device)
-        self.buffer = RolloutBuffer(cfg.num_steps, num_envs, obs_dim, act_dim, self.device)
-        if seed is None:
-            seed = int(torch.randint(0, 2**62, (1,)).item())
-        self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(seed)
-        self._pending = False  # act() recorded a step that process_env_step() has not closed
-
-    def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
-        obs = obs.to(self.device, torch.float32)
-        return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
 
     def _set_lr(self, lr: float) -> None:
         self.lr = lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Sample actions for ``obs`` [N, obs_dim] and record the step; returns [N, A] clipped."""
-        if self._pending:
-            raise RuntimeError("act() called twice without process_env_step() in between")
-        obs = obs.to(self.device, torch.float32)
-        if self.obs_normalizer is not None:
-            self.obs_normalizer.update(obs)
-        obs = self._normalize(obs)
-        dist, value = self.policy(obs)
-        noise = torch.randn(
-            dist.loc.shape, generator=self.generator, device=self.device, dtype=dist.loc.dtype
-        )
-        action = dist.loc + dist.scale * noise
-        # written now: the env may overwrite the tensor it passed as obs during step()
-        self.buffer.add_policy(obs, action, dist.log_prob(action).sum(-1), value)
-        self._pending = True
-        return torch.clamp(action, self.action_low, self.action_high)
-
-    @torch.no_grad()
-    def process_env_step(
-        self,
-        reward: torch.Tensor,
-        terminated: torch.Tensor,
-        truncated: torch.Tensor,
-        final_obs: torch.Tensor,
-    ) -> None:
-        """Record the outcome of the last ``act``.
-
-        Args:
-            reward: [N].
-            terminated: [N] bool.
-            truncated: [N] bool.
-            final_obs: [N, obs_dim] last observation of each episode (before auto-reset); its
-                value bootstraps the truncated rows.
-        """
-        if not self._pending:
-            raise RuntimeError("process_env_step() called without a preceding act()")
-        reward = reward.to(self.device, torch.float32)
-        terminated = terminated.to(self.device, torch.bool)
-        truncated = truncated.to(self.device, torch.bool)
-        if self.return_normalizer is not None:
-            self.discounted_return.mul_(self.cfg.gamma).add_(reward)
-            self.return_normalizer.update(self.discounted_return)
-            std = torch.sqrt(self.return_normalizer.var + 1e-8).to(reward.dtype)
-            # clipped as in SB3's VecNormalize: the first steps' return variance can be ~0
-            clip = self.return_normalizer.clip
-            reward = torch.clamp(reward / std, -clip, clip)
-            self.discounted_return.masked_fill_(terminated | truncated, 0.0)
-        # V(final_obs) bootstraps the truncated rows. On a GPU every row is evaluated (a branch
-        # on truncated.any() would sync with the host); on the CPU the branch is free and spares
-        # a critic forward on most steps.
-        truncation_value = None
-        if truncated.device.type != "cpu" or bool(truncated.any()):
-            truncation_value = self.policy.value(self._normalize(final_obs))
-        self.buffer.add_env(reward, terminated, truncated, truncation_value)
-        self._pending = False
-
-    @torch.no_grad()
-    def compute_returns(self, last_obs: torch.Tensor) -> None:
-        """Fill the buffer's next_value, advantages and returns; ``last_obs`` [N, obs_dim]."""
-        buf = self.buffer
-        buf.fill_next_value(self.policy.value(self._normalize(last_obs)))
-        advantages, returns = gae(
-            buf.reward,
-            buf.value,
-            buf.next_value,
-            buf.terminated,
-            buf.terminated | buf.truncated,
-            self.cfg.gamma,
-            self.cfg.gae_lambda,
-        )
-        buf.advantages.copy_(advantages)
-        buf.returns.copy_(returns)
 
     def update(self, progress: float = 0.0) -> dict[str, float]:
         """Minibatch epochs on the stored rollout, then clear it.
@@ -326,18 +232,8 @@ class PPO:
                 step, so the parameters stay finite.
         """
         cfg, buf = self.cfg, self.buffer
-        if not buf.full:
-            raise RuntimeError(
-                f"update() needs a full rollout: {buf.step} of {buf.num_steps} steps"
-            )
+        explained_variance = self._explained_variance_and_normalize(cfg.normalize_advantages)
         self._set_lr(LR_SCHEDULES[cfg.lr_schedule](self.lr, progress, cfg))
-        with torch.no_grad():
-            returns_var = buf.returns.var()
-            explained_variance = 1.0 - (buf.returns - buf.value).var() / returns_var
-            explained_variance = torch.where(returns_var > 0, explained_variance, 0.0)
-            if cfg.normalize_advantages:
-                adv = buf.advantages
-                adv.copy_((adv - adv.mean()) / (adv.std() + 1e-8))
         params = list(self.policy.parameters())
         max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
         keys = (*LOSS_METRIC_KEYS, "train/grad_norm")
@@ -385,40 +281,16 @@ class PPO:
         metrics["train/explained_variance"] = explained
         return metrics
 
-    @torch.no_grad()
-    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
-        """Clipped mean action for ``obs`` [N, obs_dim]: [N, A]; records nothing."""
-        action = self.policy.deterministic(self._normalize(obs))
-        return torch.clamp(action, self.action_low, self.action_high)
-
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs between updates (tensors are shared, not copied)."""
         return {
-            "policy": self.policy.state_dict(),
+            **self._collection_state(),
             "optimizer": self.optimizer.state_dict(),
-            "obs_normalizer": _module_state(self.obs_normalizer),
-            "return_normalizer": _module_state(self.return_normalizer),
-            "discounted_return": self.discounted_return,
             "lr": self.lr,
-            "generator": self.generator.get_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned; the rollout buffer starts empty."""
-        self.policy.load_state_dict(state["policy"])
+        self._load_collection_state(state)
         self.optimizer.load_state_dict(state["optimizer"])
-        for name in ("obs_normalizer", "return_normalizer"):
-            module = getattr(self, name)
-            if (module is None) != (state[name] is None):
-                raise ValueError(f"{name} in the checkpoint does not match this config")
-            if module is not None:
-                module.load_state_dict(state[name])
-        self.discounted_return.copy_(state["discounted_return"])
         self._set_lr(float(state["lr"]))
-        self.generator.set_state(state["generator"].cpu())
-        self.buffer.clear()
-        self._pending = False
-
-
-def _module_state(module: nn.Module | None) -> dict[str, Any] | None:
-    return None if module is None else module.state_dict()

@@ -8,6 +8,7 @@ from torch import nn
 
 from robotrl.nn.mlp import ACTIVATIONS, mlp
 from robotrl.nn.policy import LOG_STD_MAX, GaussianActorCritic
+from robotrl.nn.residual import ResidualMLP
 
 
 def test_mlp_structure_activations_and_init() -> None:
@@ -45,3 +46,40 @@ def test_actor_critic_shapes_and_std(shared: bool, state_dependent_std: bool) ->
         with torch.no_grad():
             ac.log_std.fill_(10.0)
         assert ac.dist(obs).scale.log().max().item() == pytest.approx(LOG_STD_MAX)
+
+
+def test_residual_mlp_structure_and_block_formula() -> None:
+    torch.manual_seed(0)
+    net = ResidualMLP(5, 16, 3, 2, "silu")
+    linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
+    assert len(linears) == 2 * 3 + 2
+    assert sum(isinstance(m, nn.LayerNorm) for m in net.modules()) == 3 + 1
+    assert net(torch.randn(4, 7, 5)).shape == (4, 7, 2)  # any leading dims
+    block, x = net.blocks[0], torch.randn(6, 16)
+    expected = x + block.fc2(nn.functional.silu(block.fc1(nn.functional.layer_norm(
+        x, (16,), block.norm.weight, block.norm.bias))))
+    torch.testing.assert_close(block(x), expected)
+    with torch.no_grad():  # pre-norm: the skip path is the identity
+        block.fc2.weight.zero_()
+    torch.testing.assert_close(block(x), x)
+    assert ResidualMLP(5, 16, 0, 2)(torch.randn(3, 5)).shape == (3, 2)
+    with pytest.raises(ValueError, match="known activations"):
+        ResidualMLP(5, 16, 2, 2, "swish")
+    with pytest.raises(ValueError, match="num_blocks must be >= 0"):
+        ResidualMLP(5, 16, -1, 2)
+
+
+def test_residual_mlp_stays_trainable_at_depth() -> None:
+    """128 blocks (258 linear layers): the residual stream and the gradients neither explode
+    nor vanish across depth, thanks to pre-norm and the 1/sqrt(num_blocks) output scale."""
+    torch.manual_seed(0)
+    net = ResidualMLP(10, 32, 128, 3)
+    x = torch.randn(32, 10)
+    stream_in = net.input(x)
+    growth = (net.blocks(stream_in).var() / stream_in.var()).item()
+    assert 0.9 < growth < 2.0
+    net(x).square().mean().backward()
+    first = net.blocks[0].fc1.weight.grad.norm().item()
+    last = net.blocks[-1].fc1.weight.grad.norm().item()
+    assert first > 0 and 0.2 < first / last < 5.0
+    assert all(torch.isfinite(p.grad).all() for p in net.parameters())

@@ -13,6 +13,7 @@ from robotrl.algos.pg_core import (
     clipped_surrogate,
     kl_k3,
     policy_loss,
+    surrogate,
     value_loss,
 )
 
@@ -151,3 +152,22 @@ def test_value_loss_hand_worked() -> None:
     torch.testing.assert_close(value.grad, torch.tensor([0.0, 0.0, -1.0, 0.4]) / 4.0)
     with pytest.raises(ValueError, match="positive or None"):
         value_loss(value, old_value, returns, clip=0.0)
+
+
+def test_surrogate_hand_worked_and_equals_unclipped_clipped_surrogate() -> None:
+    ratio = torch.tensor([1.5, 0.5, 2.0, 1.0], dtype=torch.float64)
+    adv = torch.tensor([1.0, -2.0, -0.5, 3.0], dtype=torch.float64)
+    log_ratio = ratio.log().requires_grad_(True)
+    loss = surrogate(log_ratio, adv)
+    # -r A: -1.5, 1.0, 1.0, -3.0; no clipping, however far the ratio moves
+    torch.testing.assert_close(loss, torch.tensor([-1.5, 1.0, 1.0, -3.0], dtype=torch.float64))
+    loss.sum().backward()
+    # d(-r A)/d log r = -r A: the policy gradient at r = 1 is -A
+    torch.testing.assert_close(log_ratio.grad, torch.tensor([-1.5, 1.0, 1.0, -3.0],
+                                                            dtype=torch.float64))
+    unclipped, clipped = clipped_surrogate(log_ratio.detach(), adv, math.inf, math.inf)
+    torch.testing.assert_close(surrogate(log_ratio.detach(), adv), unclipped)
+    assert not clipped.any()
+    # advantages broadcast against per-token log-ratios, as for sequences
+    per_token = surrogate(torch.zeros(2, 3), torch.tensor([[1.0], [-2.0]]))
+    torch.testing.assert_close(per_token, torch.tensor([[-1.0] * 3, [2.0] * 3]))
