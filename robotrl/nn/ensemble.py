@@ -1,0 +1,70 @@
+"""Ensembles of MLPs evaluated in one batched matmul per layer (e.g. SAC's twin critics)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from robotrl.nn.mlp import make_activation
+
+
+class EnsembleLinear(nn.Module):
+    """E independent linear layers: [E, B, in] (or a shared [B, in]) -> [E, B, out].
+
+    One ``baddbmm`` replaces E separate matmuls and their E kernel launches; with twin critics
+    this halves the layer calls of an update. Initialized as ``nn.Linear`` (uniform in
+    +-1/sqrt(in)), independently per member.
+    """
+
+    def __init__(self, num_members: int, in_dim: int, out_dim: int) -> None:
+        super().__init__()
+        self.num_members, self.in_dim, self.out_dim = num_members, in_dim, out_dim
+        bound = 1.0 / math.sqrt(in_dim)
+        self.weight = nn.Parameter(torch.empty(num_members, in_dim, out_dim).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(num_members, 1, out_dim).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # the same input for every member
+            x = x.expand(self.num_members, *x.shape)
+        return torch.baddbmm(self.bias, x, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"members={self.num_members}, in={self.in_dim}, out={self.out_dim}"
+
+
+class EnsembleQ(nn.Module):
+    """E state-action value MLPs: Q_e(obs, action) for every member e.
+
+    Args:
+        obs_dim, act_dim: input widths (the input is ``cat(obs, action)``).
+        hidden: hidden widths shared by all members.
+        num_members: ensemble size E (2 for SAC's clipped double Q).
+        activation: a key of ``robotrl.nn.mlp.ACTIVATIONS``.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: Sequence[int] = (256, 256),
+        num_members: int = 2,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        if num_members < 1:
+            raise ValueError(f"an ensemble needs >= 1 member, got {num_members}")
+        layers: list[nn.Module] = []
+        width = obs_dim + act_dim
+        for size in hidden:
+            layers += [EnsembleLinear(num_members, width, size), make_activation(activation)]
+            width = size
+        layers.append(EnsembleLinear(num_members, width, 1))
+        self.net = nn.Sequential(*layers)
+        self.num_members = num_members
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Q values [E, B] of ``obs`` [B, obs_dim] and ``action`` [B, act_dim]."""
+        return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)
