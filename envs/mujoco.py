@@ -23,7 +23,12 @@ import torch
 from mujoco.batch import Batch, SimulationError
 
 from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
+from robotrl.envs.randomization import DomainRandomizer, RandomizationConfig, resolve
 from robotrl.envs.tasks.base import MujocoTask
+
+# the randomization generator's seed is the env seed moved to another stream, so that turning
+# randomization on leaves the reset distribution's draws unchanged
+_DR_SEED_OFFSET = 0x5DEECE66D
 
 _STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
 # warnings after which MuJoCo has auto-reset the world: the physics went unstable
@@ -70,7 +75,12 @@ class BatchSim:
 
 
 class MujocoEnv(BatchedEnv):
-    """``num_envs`` worlds of one task, stepped natively on ``num_threads`` threads (0: all)."""
+    """``num_envs`` worlds of one task, stepped natively on ``num_threads`` threads (0: all).
+
+    ``randomization`` (a preset name, a mapping or a ``RandomizationConfig``; see
+    ``robotrl.envs.randomization``) randomizes each world's physics per episode; without it the
+    env runs the nominal model with no extra work.
+    """
 
     def __init__(
         self,
@@ -79,6 +89,7 @@ class MujocoEnv(BatchedEnv):
         device: str | torch.device = "cpu",
         seed: int = 0,
         num_threads: int = 0,
+        randomization: str | dict[str, Any] | RandomizationConfig | None = None,
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -118,6 +129,11 @@ class MujocoEnv(BatchedEnv):
         # worlds a set_state made unstable (MuJoCo auto-reset them in forward): reported and
         # properly reset at the next step
         self._pending_unstable = np.zeros(num_envs, dtype=bool)
+        self._seed = seed
+        self._dr: DomainRandomizer | None = None
+        dr_cfg = resolve(randomization)
+        if dr_cfg.enabled():
+            self.set_randomization(dr_cfg)
         self._bind_task_fields()
         self.reset()
 
@@ -137,6 +153,8 @@ class MujocoEnv(BatchedEnv):
     def _reset_worlds(self, ids: np.ndarray) -> None:
         """Reset worlds ``ids`` (sorted int array) to fresh samples of the task's reset state."""
         qpos, qvel = self.task.reset_state(len(ids), self._gen)
+        if self._dr is not None:
+            self._dr.on_reset(torch.from_numpy(ids).long())
         self.batch.reset(ids, stage=_STAGE_NONE)
         self._qpos[ids] = qpos.numpy()
         self._qvel[ids] = qvel.numpy()
@@ -183,12 +201,19 @@ class MujocoEnv(BatchedEnv):
     def reset(self, seed: int | None = None) -> torch.Tensor:
         if seed is not None:
             self._gen.manual_seed(seed)
+            if self._dr is not None:
+                self._dr.gen.manual_seed(seed + _DR_SEED_OFFSET)
         self._reset_worlds(np.arange(self.num_envs, dtype=np.int32))
-        return self._out(self.task.observe(self.sim))
+        obs = self.task.observe(self.sim)
+        return self._out(obs if self._dr is None else self._dr.observe(obs))
 
     def step(self, action: torch.Tensor) -> StepOut:
         check_action(action, self.spec, self.num_envs)
         action = action.detach().to("cpu", torch.float64)
+        dr = self._dr
+        if dr is not None:
+            action = dr.action(action)
+            dr.before_physics()
         before = self.task.before_step(self.sim)
         self._ctrl.copy_(action)
         unstable_np = self._physics_step()
@@ -210,13 +235,19 @@ class MujocoEnv(BatchedEnv):
             reward = reward.masked_fill(unstable, 0.0)
             obs = torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
         done = terminated | truncated
+        if dr is not None:
+            obs = dr.observe(obs)
+            dr.after_step(self._steps.masked_fill(done, 0))
         final_obs = self._out(obs)
         next_obs = final_obs
         if bool(done.any()):
             ids = done.nonzero().flatten().numpy().astype(np.int32)
             self._reset_worlds(ids)
+            reset_obs = self.task.observe(self.sim)
+            if dr is not None:
+                reset_obs = dr.observe(reset_obs)
             next_obs = torch.where(done[:, None].to(final_obs.device),
-                                   self._out(self.task.observe(self.sim)), final_obs)
+                                   self._out(reset_obs), final_obs)
         info: dict[str, Any] = {
             "final_obs": final_obs,
             "reward_terms": {k: self._out(v) for k, v in terms.items()},
@@ -265,6 +296,7 @@ class MujocoEnv(BatchedEnv):
             "generator": self._gen.get_state(),
             "num_unstable": self.num_unstable,
             "cfrc_ext": None if self._cfrc is None else self._cfrc.clone(),
+            "randomization": None if self._dr is None else self._dr.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -274,6 +306,15 @@ class MujocoEnv(BatchedEnv):
                 f"checkpointed env state has shape {rows.shape}, this env needs "
                 f"{self.batch.state.shape} (num_envs, state size): different task or num_envs?"
             )
+        dr_state = state.get("randomization")
+        if dr_state is not None:
+            if self._dr is None:
+                self.set_randomization(dr_state["config"])
+            assert self._dr is not None
+            self._dr.load_state_dict(dr_state)
+        elif self._dr is not None:  # saved without randomization: back to the nominal model
+            self._dr.set_config(RandomizationConfig())
+            self._dr.resample(torch.arange(self.num_envs))
         self.batch.state[:] = rows
         self.batch.forward()
         self._steps.copy_(state["steps"])
@@ -287,11 +328,39 @@ class MujocoEnv(BatchedEnv):
                camera: str | int = -1) -> np.ndarray:
         """RGB frame [H, W, 3] uint8 of world ``env_id`` (needs an offscreen GL: MUJOCO_GL=egl)."""
         data = self.batch.get_data(env_id)
-        mujoco.mj_forward(self.model, data)
+        model = self.model if self._dr is None else self.batch.get_model(env_id)
+        mujoco.mj_forward(model, data)
         if getattr(self, "_renderer", None) is None:
             self._renderer = mujoco.Renderer(self.model, height=height, width=width)
         self._renderer.update_scene(data, camera=camera)
         return self._renderer.render()
+
+    # ------------------------------------------------------------------ randomization
+    def set_randomization(
+        self, cfg: str | dict[str, Any] | RandomizationConfig | None, resample: bool = False
+    ) -> None:
+        """Use new randomization ranges (a curriculum step); they apply from each world's next
+        reset, or to every world at once with ``resample=True``."""
+        cfg = resolve(cfg)
+        if self._dr is None:
+            if not cfg.enabled():
+                return
+            self._dr = DomainRandomizer(cfg, self.batch, self.model, self.task.obs_dim,
+                                        self._seed + _DR_SEED_OFFSET)
+        else:
+            self._dr.set_config(cfg)
+        if resample:
+            self._dr.on_reset(torch.arange(self.num_envs))
+
+    @property
+    def randomization(self) -> RandomizationConfig:
+        """The current randomization ranges (all nominal when none)."""
+        return RandomizationConfig() if self._dr is None else self._dr.cfg
+
+    def physics_params(self) -> dict[str, torch.Tensor]:
+        """Sampled physics of every world: ``{name: [N, ...]}`` (empty without randomization);
+        see ``DomainRandomizer.physics_params``."""
+        return {} if self._dr is None else self._dr.physics_params()
 
     def close(self) -> None:
         renderer = getattr(self, "_renderer", None)

@@ -12,9 +12,13 @@ import types
 import typing
 from typing import Any, Union
 
+from robotrl.envs.randomization import RandomizationConfig
+
 # algorithm name -> (module, config class, algorithm class); imported on demand
 ALGORITHMS: dict[str, tuple[str, str, str]] = {
     "ppo": ("robotrl.algos.ppo", "PPOConfig", "PPO"),
+    "trpo": ("robotrl.algos.trpo", "TRPOConfig", "TRPO"),
+    "sac": ("robotrl.algos.sac", "SACConfig", "SAC"),
 }
 
 
@@ -62,6 +66,9 @@ class TrainConfig:
     """Simulator backend."""
     logger: LoggerConfig = dataclasses.field(default_factory=LoggerConfig)
     """Logging."""
+    randomization: RandomizationConfig = dataclasses.field(default_factory=RandomizationConfig)
+    """Domain randomization of the training envs (``configs/randomization/``; evaluation envs
+    stay nominal)."""
     num_envs: int = 128
     """Parallel training worlds."""
     total_steps: int = 2_000_000
@@ -218,6 +225,9 @@ def validate(cfg: TrainConfig) -> None:
         raise ValueError(f"unknown backend {cfg.backend.name!r}; available: {list(BACKENDS)}")
     if cfg.backend.name == "mujoco" and cfg.env.task not in list_tasks():
         raise ValueError(f"unknown task {cfg.env.task!r}; available tasks: {list_tasks()}")
+    cfg.randomization.check()
+    if cfg.randomization.enabled() and cfg.backend.name != "mujoco":
+        raise ValueError(f"randomization needs backend=mujoco, got backend={cfg.backend.name}")
     if cfg.device.startswith("cuda"):
         import torch
 

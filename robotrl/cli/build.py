@@ -8,16 +8,29 @@ import torch
 
 from robotrl.config import TrainConfig, algo_classes, algo_name, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
+from robotrl.envs.randomization import RandomizationConfig
 from robotrl.envs.wrappers import RecordEpisodeStatistics
-from robotrl.runners.on_policy import OnPolicyRunner, RunnerSettings
+from robotrl.runners.base import Runner, RunnerSettings
+from robotrl.runners.off_policy import OffPolicyRunner
+from robotrl.runners.on_policy import OnPolicyRunner
 
 
-def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True) -> BatchedEnv:
-    """The simulator for ``cfg``; training envs also record episode statistics."""
+def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
+              randomization: RandomizationConfig | str | None = None) -> BatchedEnv:
+    """The simulator for ``cfg``; training envs also record episode statistics.
+
+    Training envs use ``cfg.randomization``; evaluation envs (``train=False``) the nominal
+    physics unless ``randomization`` (a preset name or config) is given.
+    """
     kwargs = dict(cfg.env.options)
     if cfg.backend.name == "mujoco":
         kwargs["num_threads"] = cfg.backend.num_threads
-    env = make(cfg.env.task, num_envs, backend=cfg.backend.name, device="cpu", seed=seed, **kwargs)
+        dr = cfg.randomization if train else randomization
+        if dr is not None:
+            kwargs["randomization"] = dr
+    # the JAX backends simulate on the learner's device (zero-copy); the others on the CPU
+    device = cfg.device if cfg.backend.name in ("mjx", "brax") else "cpu"
+    env = make(cfg.env.task, num_envs, backend=cfg.backend.name, device=device, seed=seed, **kwargs)
     return RecordEpisodeStatistics(env) if train else env
 
 
@@ -28,8 +41,9 @@ def build_algo(cfg: TrainConfig, spec: EnvSpec) -> object:
                    torch.device(cfg.device))
 
 
-def build_runner(cfg: TrainConfig) -> OnPolicyRunner:
-    """Env + algorithm + runner for a training run."""
+def build_runner(cfg: TrainConfig) -> Runner:
+    """Env + algorithm + runner for a training run (on-policy if the algorithm closes
+    rollouts with ``compute_returns``, else off-policy)."""
     env = build_env(cfg, cfg.num_envs, cfg.seed)
     alg = build_algo(cfg, env.spec)
 
@@ -48,5 +62,6 @@ def build_runner(cfg: TrainConfig) -> OnPolicyRunner:
         tensorboard=cfg.logger.tensorboard,
         seed=cfg.seed,
     )
-    return OnPolicyRunner(env, alg, settings, torch.device(cfg.device), make_eval_env,
-                          config=to_dict(cfg))
+    runner_cls = OnPolicyRunner if hasattr(alg, "compute_returns") else OffPolicyRunner
+    return runner_cls(env, alg, settings, torch.device(cfg.device), make_eval_env,
+                      config=to_dict(cfg))

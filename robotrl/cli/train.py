@@ -16,6 +16,7 @@ from robotrl.config import (
     BackendConfig,
     EnvConfig,
     LoggerConfig,
+    RandomizationConfig,
     TrainConfig,
     algo_config_class,
     from_dict,
@@ -23,7 +24,7 @@ from robotrl.config import (
     validate,
 )
 
-GROUPS = ("algo", "env", "backend", "logger")
+GROUPS = ("algo", "env", "backend", "logger", "randomization")
 
 
 def _config_dir() -> Path:
@@ -57,7 +58,7 @@ def check_overrides(overrides: list[str]) -> None:
             algo = str(o.value())
     top = _fields(TrainConfig)
     nested = {"env": _fields(EnvConfig), "backend": _fields(BackendConfig),
-              "logger": _fields(LoggerConfig)}
+              "logger": _fields(LoggerConfig), "randomization": _fields(RandomizationConfig)}
     for o in parsed:
         key = o.key_or_group
         if key.startswith("hydra") or o.is_delete():
@@ -82,6 +83,13 @@ def check_overrides(overrides: list[str]) -> None:
             allowed = nested[parts[0]]
         else:
             raise ConfigError(f"{parts[0]!r} is a plain value, not a group: use {parts[0]}=VALUE")
+        if parts[0] == "randomization" and len(parts) == 3 and parts[1] in allowed:
+            from robotrl.envs.randomization import Range
+
+            if parts[2] in _fields(Range):
+                continue  # randomization.body_mass.low=0.5
+            raise ConfigError(f"unknown config key {key!r}; allowed keys of a range: "
+                              f"{_fields(Range)}")
         if parts[1] not in allowed or len(parts) > 2:
             raise ConfigError(f"unknown config key {key!r}; allowed keys in {parts[0]}: {allowed}")
 
