@@ -1,7 +1,9 @@
-"""``robotrl`` console command: ``train`` (Hydra), ``eval``, ``demo``."""
+"""``robotrl`` console command: ``train`` (Hydra), ``eval``, ``demo``, ``export``, ``deploy``,
+``gap``."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 USAGE = """usage: robotrl <command> [key=value ...]
@@ -13,9 +15,23 @@ commands:
           robotrl train resume=runs/.../checkpoints/last.pt
   eval    evaluate a checkpoint: robotrl eval checkpoint=PATH episodes=20 [out=FILE.json] [video=true]
   demo    step a batch of simulated worlds and print throughput: robotrl demo [task=ant num_envs=256]
+  export  export a checkpoint's deterministic actor, verified in onnxruntime and TorchScript:
+          robotrl export checkpoint=PATH format=onnx|torchscript [out=FILE] [num_obs=10000]
+  deploy  run an exported ONNX policy in a fixed-rate control loop with safety limits:
+          robotrl deploy model=FILE.onnx [hz=500] [seconds=10] [source=sim|module:attr]
+                 [task=NAME] [max_delta=0.1] [timeout_ms=1] [safe_action=last|default]
+  gap     sim-to-sim gap: returns on a grid of perturbed physics: robotrl gap checkpoint=PATH
 """
 
-COMMANDS = ("train", "eval", "demo")
+COMMANDS: dict[str, str] = {
+    "train": "robotrl.cli.train:train_main",
+    "eval": "robotrl.cli.evaluate:eval_main",
+    "demo": "robotrl.cli.demo:demo_main",
+    "export": "robotrl.cli.export:export_main",
+    "deploy": "robotrl.cli.deploy:deploy_main",
+    "gap": "robotrl.cli.gap:gap_main",
+}
+"""Command -> "module:function(argv)", imported only when that command runs."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -28,18 +44,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"unknown command {command!r}; available: {', '.join(COMMANDS)}\n", file=sys.stderr)
         print(USAGE, file=sys.stderr)
         raise SystemExit(2)
-    if command == "train":
-        from robotrl.cli.train import train_main
-
-        train_main(rest)
-    elif command == "eval":
-        from robotrl.cli.evaluate import eval_main
-
-        eval_main(rest)
-    else:
-        from robotrl.cli.demo import demo_main
-
-        demo_main(rest)
+    module, function = COMMANDS[command].split(":")
+    getattr(importlib.import_module(module), function)(rest)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,336 @@
+"""Export a ``DeterministicActor`` to ONNX or TorchScript, verified before anything is written.
+
+    actor = alg.export_actor()                                  # robotrl.nn.actor
+    meta = build_metadata(actor, env.spec, config, algo="ppo")
+    obs = record_observations(actor, env, 10_000)               # robotrl.sim2real.verify
+    report = export_policy(actor, "onnx", "policy.onnx", meta, obs)
+
+The file has one input ``obs`` [batch, obs_dim] float32 and one output ``action``
+[batch, act_dim] float32 (dynamic batch), and carries its metadata: ONNX ``metadata_props``
+(one key per field, JSON values) or a TorchScript extra file ``robotrl_metadata.json``.
+``read_metadata`` reads either. The serialized bytes are checked in onnxruntime and TorchScript
+against the torch actor on the given observations; a mismatch over ``tol`` raises
+``VerificationError`` and leaves no file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import warnings
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robotrl import __version__
+from robotrl.checkpoint import atomic_open
+from robotrl.envs.base import EnvSpec
+from robotrl.nn.actor import DeterministicActor
+from robotrl.sim2real.deploy import decode_onnx_metadata
+from robotrl.sim2real.verify import compare
+
+INPUT_NAME = "obs"
+"""Name of the exported model's input, [batch, obs_dim] float32."""
+OUTPUT_NAME = "action"
+"""Name of the exported model's output, [batch, act_dim] float32."""
+METADATA_FILE = "robotrl_metadata.json"
+"""TorchScript extra file holding the metadata."""
+METADATA_VERSION = 1
+"""Version of the metadata layout."""
+ONNX_OPSET = 17
+"""Opset 17 has LayerNormalization as one op (the residual networks use it)."""
+
+
+class ExportError(RuntimeError):
+    """The actor cannot be exported (untraceable, unsupported op, missing dependency)."""
+
+
+class VerificationError(ExportError):
+    """The exported model disagrees with the torch actor; ``report`` holds the numbers."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def config_sha256(config: dict[str, Any]) -> str:
+    """sha256 of the training config as canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def delay_steps_range(config: dict[str, Any]) -> tuple[int, int]:
+    """(min, max) action delay in control steps the policy was trained with; (0, 0) if none.
+
+    Read from the config's ``randomization`` (top level or ``env.options``): a preset name or a
+    mapping of ``robotrl.envs.randomization.RandomizationConfig`` fields.
+    """
+    spec = config.get("randomization")
+    if spec is None:
+        spec = (config.get("env") or {}).get("options", {}).get("randomization")
+    if spec is None or spec == "none":
+        return 0, 0
+    from robotrl.envs.randomization import resolve
+
+    cfg = resolve(spec)
+    return int(cfg.action_delay_min), int(cfg.action_delay_max)
+
+
+def _mujoco_names(task: str) -> tuple[list[str], list[str]]:
+    """(actuator names, joint names) from the task's MJCF; empty for unknown tasks."""
+    import mujoco
+
+    from robotrl.envs.registry import list_tasks, task_class
+
+    if task not in list_tasks():
+        return [], []
+    model = task_class(task).load_model()
+    joints = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, i) or f"joint{i}"
+              for i in range(model.njnt)]
+    actuators = []
+    for i in range(model.nu):
+        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i)
+        if not name and model.actuator_trntype[i] == mujoco.mjtTrn.mjTRN_JOINT:
+            name = joints[model.actuator_trnid[i, 0]]  # unnamed motor: the joint it drives
+        actuators.append(name or f"actuator{i}")
+    return actuators, joints
+
+
+def build_metadata(
+    actor: DeterministicActor, spec: EnvSpec, config: dict[str, Any], algo: str = ""
+) -> dict[str, Any]:
+    """Everything a controller needs to run the exported actor, as JSON-ready values.
+
+    Args:
+        actor: the actor to export (its dims and output transform are recorded).
+        spec: the spec of the env it was trained on (task, layout, bounds, control dt).
+        config: the training config (``to_dict`` form); hashed, and its delay range read.
+        algo: algorithm name, for the record.
+    """
+    if spec.obs_dim != actor.obs_dim or spec.action_dim != actor.act_dim:
+        raise ExportError(f"actor maps {actor.obs_dim} -> {actor.act_dim}, but the env spec has "
+                          f"obs_dim {spec.obs_dim} and action_dim {spec.action_dim}")
+    actuators, joints = _mujoco_names(spec.task)
+    delay_min, delay_max = delay_steps_range(config)
+    groups = spec.obs_groups or {"policy": spec.obs_dim}
+    reference = ""
+    from robotrl.envs.registry import list_tasks, task_class
+
+    if spec.task in list_tasks():
+        reference = f"{task_class(spec.task).gym_id} observation"
+    return {
+        "metadata_version": METADATA_VERSION,
+        "task": spec.task,
+        "algo": algo,
+        "input_name": INPUT_NAME,
+        "output_name": OUTPUT_NAME,
+        "obs_dim": actor.obs_dim,
+        "observation_layout": [{"group": "policy", "offset": 0, "size": groups.get(
+            "policy", spec.obs_dim)}],
+        "observation_groups": dict(groups),
+        "observation_reference": reference,
+        "action_dim": actor.act_dim,
+        "action_low": [float(v) for v in actor.low.tolist()],
+        "action_high": [float(v) for v in actor.high.tolist()],
+        "output_transform": actor.output,
+        "normalizer": {"baked_in": actor.normalize, "clip": actor.clip, "eps": actor.eps},
+        "control_dt": float(spec.control_dt),
+        "control_hz": 1.0 / float(spec.control_dt),
+        "delay_steps_range": [delay_min, delay_max],
+        "expected_delay_steps": (delay_min + delay_max) / 2,
+        "expected_delay_s": (delay_min + delay_max) / 2 * float(spec.control_dt),
+        "task_options": {k: v for k, v in (config.get("env") or {}).get("options", {}).items()
+                         if k != "randomization"},
+        "actuator_names": actuators,
+        "joint_names": joints,
+        "robotrl_version": __version__,
+        "torch_version": torch.__version__,
+        "config_sha256": config_sha256(config),
+    }
+
+
+def _json(value: Any) -> str:
+    # inf (an unclipped normalizer) is written as JSON's common extension "Infinity"
+    return json.dumps(value, sort_keys=True)
+
+
+def check_traceable(actor: DeterministicActor) -> torch.jit.ScriptModule:
+    """Trace ``actor``; raise ``ExportError`` saying why if the trace would not be faithful.
+
+    A forward with Python control flow on tensor values, or that turns tensors into Python
+    numbers, traces into a graph frozen at the example input; torch flags it with a
+    ``TracerWarning``, which we treat as an error.
+    """
+    example = actor.example_input(2)
+    try:
+        with torch.no_grad():
+            out = actor(example)
+    except Exception as err:
+        raise ExportError(f"the actor fails on a [2, {actor.obs_dim}] input: "
+                          f"{type(err).__name__}: {err}") from err
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, actor.act_dim):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ExportError(f"the actor must map [B, {actor.obs_dim}] to [B, {actor.act_dim}], "
+                          f"got {shape}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated, still ships
+        warnings.simplefilter("always", torch.jit.TracerWarning)
+        try:
+            # check_trace off: export_policy compares the result on 10k observations instead
+            traced = torch.jit.trace(actor, example, check_trace=False)
+        except Exception as err:
+            raise ExportError(f"tracing the actor failed: {type(err).__name__}: {err}") from err
+    tracer = [str(w.message) for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    if tracer:
+        raise ExportError(
+            "the actor cannot be traced faithfully: its forward depends on tensor values "
+            f"through Python ({tracer[0]}). Export needs a pure tensor function of obs; remove "
+            "data-dependent `if`/`.item()`/`.tolist()` from the network."
+        )
+    return traced
+
+
+def serialize_torchscript(
+    traced: torch.jit.ScriptModule, example: torch.Tensor, metadata: dict[str, Any]
+) -> bytes:
+    """TorchScript bytes of a traced actor, with ``metadata`` as an extra JSON file."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(traced, buf, _extra_files={METADATA_FILE: _json(metadata)})
+    return buf.getvalue()
+
+
+def serialize_onnx(
+    traced: torch.jit.ScriptModule, example: torch.Tensor, metadata: dict[str, Any]
+) -> bytes:
+    """ONNX bytes of a traced actor (dynamic batch), with ``metadata`` in ``metadata_props``.
+
+    ``example`` is an input [B, obs_dim] of the trace.
+
+    Uses the TorchScript-based exporter (``dynamo=False``) on the trace: it needs only the
+    ``onnx`` package, while the dynamo exporter also needs ``onnxscript``.
+    """
+    try:
+        import onnx
+    except ImportError:
+        raise ExportError("ONNX export needs the onnx package: pip install 'robotrl[onnx]'") from None
+    buf = io.BytesIO()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            # a trace has no Python signature to read input names from; ours are given
+            warnings.filterwarnings("ignore", "no signature found", UserWarning)
+            torch.onnx.export(
+                traced, (example,), buf, dynamo=False,
+                opset_version=ONNX_OPSET, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
+                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            )
+    except Exception as err:
+        raise ExportError(f"ONNX export of the actor failed (opset {ONNX_OPSET}): "
+                          f"{type(err).__name__}: {err}") from err
+    model = onnx.load_from_string(buf.getvalue())
+    for key, value in metadata.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, _json(value)
+    model.producer_name = "robotrl"
+    model.producer_version = __version__
+    return model.SerializeToString()
+
+
+FORMATS: dict[str, tuple[str, Callable[[torch.jit.ScriptModule, torch.Tensor, dict[str, Any]], bytes]]] = {
+    "onnx": (".onnx", serialize_onnx),
+    "torchscript": (".pt", serialize_torchscript),
+}
+"""Export format -> (file suffix, serializer of the traced actor)."""
+
+
+def export_policy(
+    actor: DeterministicActor,
+    fmt: str,
+    out: str | os.PathLike[str],
+    metadata: dict[str, Any],
+    observations: torch.Tensor,
+    tol: float = 1e-5,
+    obs_source: str = "given",
+) -> dict[str, Any]:
+    """Serialize ``actor`` as ``fmt``, verify it, then write ``out`` atomically.
+
+    Both formats are built and compared with the torch actor (onnxruntime is skipped, with a
+    note, only for a TorchScript export without it installed).
+
+    Args:
+        actor: the actor to export.
+        fmt: a key of ``FORMATS``.
+        out: destination file.
+        metadata: from ``build_metadata``; stored in the file.
+        observations: [M, obs_dim] raw observations to verify on (10k recorded ones).
+        tol: largest allowed max abs difference between torch and each backend.
+        obs_source: where ``observations`` came from, for the report.
+
+    Returns:
+        The verification report (``compare``) plus ``format``, ``path`` and ``bytes``.
+
+    Raises:
+        ExportError: unknown format, untraceable actor, failed export, missing package.
+        VerificationError: a backend differs by more than ``tol``; nothing is written.
+    """
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; available: {', '.join(FORMATS)}")
+    try:
+        import onnxruntime  # noqa: F401
+        have_ort = True
+    except ImportError:
+        have_ort = False
+    if fmt == "onnx" and not have_ort:
+        raise ExportError("verifying an ONNX export needs onnxruntime: "
+                          "pip install 'robotrl[onnx]'")
+    traced, example = check_traceable(actor), actor.example_input(2)
+    data = {"torchscript": serialize_torchscript(traced, example, metadata)}
+    notes = []
+    if have_ort:
+        data["onnx"] = serialize_onnx(traced, example, metadata)
+    else:
+        notes.append("onnxruntime not installed: the ONNX check was skipped")
+    report = compare(actor, observations, data, tol)
+    report.update(format=fmt, obs_source=obs_source, notes=notes)
+    if not report["passed"]:
+        diffs = ", ".join(f"{k} {v:.3g}" for k, v in report["max_abs_diff"].items())
+        raise VerificationError(
+            f"export refused: the exported model differs from the torch actor by more than "
+            f"{tol:g} on {report['num_obs']} observations (max abs diff: {diffs}); no file "
+            f"was written", report)
+    path = Path(out)
+    with atomic_open(path, "wb") as f:
+        f.write(data[fmt])
+    report.update(path=str(path), bytes=len(data[fmt]))
+    return report
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The metadata dict stored in an exported ``.onnx`` or TorchScript file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"exported model {str(path)!r} does not exist")
+    if zipfile.is_zipfile(path):  # TorchScript: a zip archive, extra files under */extra/
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.endswith(f"/extra/{METADATA_FILE}")]
+            if not names:
+                raise ValueError(f"{str(path)!r} has no {METADATA_FILE}: not a robotrl export")
+            return json.loads(archive.read(names[0]))
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ExportError("reading ONNX metadata needs onnxruntime: "
+                          "pip install 'robotrl[onnx]'") from None
+    try:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as err:
+        raise ValueError(f"{str(path)!r} is neither a TorchScript nor a valid ONNX file "
+                         f"({type(err).__name__}: {err})") from None
+    return decode_onnx_metadata(session.get_modelmeta().custom_metadata_map, path)

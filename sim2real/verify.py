@@ -1,0 +1,133 @@
+"""Parity of an exported actor with its torch original, on observations the policy really sees.
+
+``record_observations`` rolls the torch actor out in the task's simulator (the states a deployed
+controller meets); ``sample_observations`` is the fallback without an env (Gaussian around the
+normalizer's statistics). ``compare`` runs the serialized model in onnxruntime and TorchScript
+on them, in one batch and row by row (a controller calls it with batch 1), and reports the
+largest absolute difference from the torch actor per backend.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from robotrl.envs.base import BatchedEnv
+from robotrl.nn.actor import DeterministicActor
+
+SINGLE_ROW_CHECKS = 256
+"""Observations also run one at a time (batch 1, the deploy loop's shape)."""
+
+
+@torch.no_grad()
+def record_observations(
+    actor: DeterministicActor, env: BatchedEnv, num_obs: int = 10_000, seed: int = 0
+) -> torch.Tensor:
+    """[num_obs, obs_dim] float32 observations of ``actor`` acting in ``env`` (all its worlds).
+
+    Worlds that end an episode reset automatically, so the record spans several episodes.
+    """
+    if env.spec.obs_dim != actor.obs_dim:
+        raise ValueError(f"env observations have {env.spec.obs_dim} entries, the actor takes "
+                         f"{actor.obs_dim}")
+    steps = -(-num_obs // env.num_envs)
+    obs = env.reset(seed=seed).to("cpu", torch.float32)
+    rows = []
+    for _ in range(steps):
+        rows.append(obs.clone())
+        obs = env.step(actor(obs)).obs.to("cpu", torch.float32)
+    return torch.cat(rows)[:num_obs]
+
+
+def sample_observations(actor: DeterministicActor, num_obs: int = 10_000,
+                        seed: int = 0) -> torch.Tensor:
+    """[num_obs, obs_dim] float32 draws from N(mean, (2 std)^2) of the baked-in normalizer.
+
+    Twice the std reaches into the normalizer's clip region as well as its center.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    noise = torch.randn(num_obs, actor.obs_dim, generator=gen)
+    return actor.mean + 2.0 * actor.std * noise
+
+
+def onnx_runner(data: bytes, threads: int = 1) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, obs_dim] float32 -> action [B, act_dim] through onnxruntime on the CPU."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return lambda obs: session.run(None, {name: obs})[0]
+
+
+def torchscript_runner(data: bytes) -> Callable[[np.ndarray], np.ndarray]:
+    """obs [B, obs_dim] float32 -> action [B, act_dim] through the TorchScript interpreter."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated, still ships
+        module = torch.jit.load(io.BytesIO(data), map_location="cpu")
+
+    def run(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return module(torch.from_numpy(obs)).numpy()
+
+    return run
+
+
+RUNNERS: dict[str, Callable[[bytes], Callable[[np.ndarray], np.ndarray]]] = {
+    "onnx": onnx_runner,
+    "torchscript": torchscript_runner,
+}
+"""Format -> loader of serialized bytes into a numpy function."""
+
+
+def _max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    if a.shape != b.shape:
+        return float("inf")
+    diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    # a NaN where torch has a number (or the reverse) is a mismatch, not a 0 difference
+    mismatch = np.isnan(a) != np.isnan(b)
+    return float("inf") if mismatch.any() else float(np.nanmax(diff, initial=0.0))
+
+
+@torch.no_grad()
+def compare(
+    actor: DeterministicActor,
+    observations: torch.Tensor,
+    data: dict[str, bytes],
+    tol: float = 1e-5,
+) -> dict[str, Any]:
+    """Max abs difference between ``actor`` and each serialized model in ``data``.
+
+    Args:
+        actor: the torch reference.
+        observations: [M, obs_dim] raw observations.
+        data: format (a key of ``RUNNERS``) -> serialized model.
+        tol: pass threshold on every backend's max abs difference.
+
+    Returns:
+        ``num_obs``, ``tol``, ``max_abs_diff`` {format: float} (over the batched and the
+        single-row calls), ``passed`` (every difference finite and <= tol).
+    """
+    obs = observations.detach().to("cpu", torch.float32).contiguous()
+    if obs.ndim != 2 or obs.shape[1] != actor.obs_dim:
+        raise ValueError(f"observations must be [M, {actor.obs_dim}], got {tuple(obs.shape)}")
+    reference = actor(obs).numpy()
+    obs_np = obs.numpy()
+    diffs: dict[str, float] = {}
+    for fmt, blob in data.items():
+        if fmt not in RUNNERS:
+            raise ValueError(f"unknown format {fmt!r}; known: {', '.join(RUNNERS)}")
+        run = RUNNERS[fmt](blob)
+        diff = _max_abs_diff(run(obs_np), reference)
+        for i in range(min(SINGLE_ROW_CHECKS, len(obs_np))):
+            diff = max(diff, _max_abs_diff(run(obs_np[i : i + 1]), reference[i : i + 1]))
+        diffs[fmt] = diff
+    passed = all(np.isfinite(d) and d <= tol for d in diffs.values())
+    return {"num_obs": int(obs.shape[0]), "tol": tol, "max_abs_diff": diffs, "passed": passed}
