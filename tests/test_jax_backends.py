@@ -1,0 +1,257 @@
+"""The JAX backends (``mjx``, ``brax``): protocol contract, parity with native MuJoCo, PPO.
+
+Skipped without JAX / MJX / Brax (CI installs only ``.[dev]``). Everything runs on CPU JAX with
+4 worlds. JAX compiles each env's step once, 30-120 s on a 2-core CPU, so every test that
+steps an env is marked slow (``pytest -m slow tests/test_jax_backends.py``); they share envs
+through a module fixture and a session-wide persistent compilation cache. The fast tests check
+what needs no compilation (errors, registration).
+
+Parity tolerance (mjx vs mujoco, same start state, same actions): MJX computes in float32, the
+native backend in float64. On HalfCheetah the observations agree to ~5e-5 for 10 steps and drift
+to ~1e-3 by step 20 (contacts amplify the rounding; by step 50 the trajectories differ by O(1));
+Hopper leaves 1e-2 at step 17. The test compares 15 steps (0.75 s of HalfCheetah, 0.12 s of
+Hopper) with atol 1e-2 on observations and 1e-3 on rewards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+jax = pytest.importorskip("jax", reason="the JAX backends need jax (pip install robotrl[jax])")
+pytest.importorskip("mujoco.mjx", reason="the mjx backend needs mujoco-mjx")
+
+import robotrl.envs as E  # noqa: E402
+from robotrl.envs.mjx import MjxEnv  # noqa: E402
+
+PARITY_STEPS = 15
+PARITY_OBS_ATOL, PARITY_REWARD_ATOL = 1e-2, 1e-3
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Envs with the same shapes reuse compiled steps across the session."""
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+@pytest.fixture(scope="module")
+def pendulum() -> MjxEnv:
+    env = E.make("inverted_pendulum", 4, backend="mjx", seed=0, max_episode_steps=5)
+    assert isinstance(env, MjxEnv)
+    return env
+
+
+def test_make_errors_before_compiling() -> None:
+    with pytest.raises(ValueError, match="unknown task 'halfcheeta'"):
+        E.make("halfcheeta", 2, backend="mjx")
+    with pytest.raises(ValueError, match=r"iterations must be >= 1"):
+        E.make("inverted_pendulum", 2, backend="mjx", iterations=0)
+    with pytest.raises(ValueError, match="num_envs must be >= 1"):
+        E.make("inverted_pendulum", 0, backend="mjx")
+    assert {"mjx", "brax"} <= set(E.BACKENDS)
+
+
+@pytest.mark.slow
+def test_mjx_spec_matches_native(pendulum: MjxEnv) -> None:
+    native = E.make("inverted_pendulum", 4, seed=0, max_episode_steps=5, num_threads=1)
+    for field in ("obs_dim", "action_dim", "control_dt", "max_episode_steps", "reward_terms",
+                  "obs_groups", "task"):
+        assert getattr(pendulum.spec, field) == getattr(native.spec, field), field
+    assert torch.equal(pendulum.spec.action_low, native.spec.action_low)
+    # the same reset distribution and generator: the same starts, and interchangeable states
+    torch.testing.assert_close(pendulum.reset(seed=3), native.reset(seed=3), rtol=0, atol=0)
+    torch.testing.assert_close(pendulum.get_state(), native.get_state(), rtol=0, atol=1e-7)
+
+
+@pytest.mark.slow
+def test_mjx_contract_truncation_termination_final_obs(pendulum: MjxEnv) -> None:
+    obs = pendulum.reset(seed=0)
+    assert obs.shape == (4, 4) and obs.dtype == torch.float32
+    # worlds 0, 1 push hard (the pole falls: terminated), worlds 2, 3 do nothing (truncated at 5)
+    action = torch.tensor([[3.0], [-3.0], [0.0], [0.0]])
+    ended = torch.zeros(4, dtype=torch.bool)
+    for t in range(1, 11):
+        out = pendulum.step(action)
+        assert out.obs.shape == (4, 4) and out.obs.dtype == torch.float32
+        assert out.reward.shape == (4,) and out.reward.dtype == torch.float32
+        assert out.terminated.dtype == torch.bool and out.truncated.dtype == torch.bool
+        torch.testing.assert_close(sum(out.info["reward_terms"].values()), out.reward)
+        done = out.terminated | out.truncated
+        assert torch.equal(out.obs[~done], out.info["final_obs"][~done])
+        if bool(done.any()):
+            # reset rows start near the upright pose (reset noise 0.01), unlike the last obs
+            assert bool((out.obs[done, 1].abs() <= 0.01 + 1e-6).all())
+            assert not torch.equal(out.obs[done], out.info["final_obs"][done])
+        assert bool((out.reward[out.terminated] == 0).all())  # no survival reward at the fall
+        ended |= out.terminated
+        if t % 5 == 0:  # as natively (Gymnasium's TimeLimit), a fall at the limit is both
+            assert bool(out.truncated[2:].all())
+    assert bool(ended[:2].all())
+
+
+@pytest.mark.slow
+def test_mjx_state_round_trip_and_bad_input(pendulum: MjxEnv) -> None:
+    pendulum.reset(seed=2)
+    state = pendulum.get_state()
+    assert state.dtype == torch.float64 and state.shape == (4, 5)  # time, qpos[2], qvel[2]
+    action = torch.full((4, 1), 0.7)
+    first = pendulum.step(action)
+    pendulum.step(action)
+    pendulum.set_state(state)
+    again = pendulum.step(action)
+    torch.testing.assert_close(again.obs, first.obs, rtol=0, atol=0)
+    pendulum.set_state(state[[1, 1, 1]], env_ids=torch.tensor([0, 1, 3]))
+    out = pendulum.step(action)
+    assert torch.equal(out.obs[0], out.obs[1]) and torch.equal(out.obs[3], out.obs[1])
+    with pytest.raises(ValueError, match=r"expected \(1, 5\)"):
+        pendulum.set_state(state, env_ids=torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"env_ids must be in \[0, 4\)"):
+        pendulum.set_state(state[:1], env_ids=torch.tensor([7]))
+    with pytest.raises(ValueError, match=r"shape \(4, 2\), expected \(4, 1\)"):
+        pendulum.step(torch.zeros(4, 2))
+    with pytest.raises(ValueError, match=r"NaN or Inf in envs \[2\]"):
+        pendulum.step(torch.tensor([[0.0], [0.0], [float("nan")], [0.0]]))
+    # checkpoint round trip: the next steps are identical
+    sd = pendulum.state_dict()
+    ref = [pendulum.step(action).obs for _ in range(3)]
+    pendulum.load_state_dict(sd)
+    for r in ref:
+        torch.testing.assert_close(pendulum.step(action).obs, r, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_mjx_unstable_world_is_reset(pendulum: MjxEnv) -> None:
+    pendulum.reset(seed=1)
+    state = pendulum.get_state()
+    state[1, 3] = 1e12  # qvel beyond mjMAXVAL
+    pendulum.set_state(state[1:2], env_ids=torch.tensor([1]))
+    before = pendulum.num_unstable
+    out = pendulum.step(torch.zeros(4, 1))
+    assert out.terminated.tolist() == [False, True, False, False]
+    assert float(out.reward[1]) == 0.0 and pendulum.num_unstable == before + 1
+    assert bool(torch.isfinite(out.obs).all() & torch.isfinite(out.info["final_obs"]).all())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["halfcheetah", "hopper"])
+def test_mjx_matches_native_mujoco(task: str) -> None:
+    mjx_env = E.make(task, 4, backend="mjx", seed=0)
+    native = E.make(task, 4, seed=0, num_threads=1)
+    native.reset(seed=5)
+    mjx_env.set_state(native.get_state())
+    native.set_state(mjx_env.get_state())  # both from the float32-rounded start
+    gen = torch.Generator().manual_seed(0)
+    high = native.spec.action_high
+    moved = 0.0
+    for t in range(PARITY_STEPS):
+        action = (torch.rand(4, native.spec.action_dim, generator=gen) * 2 - 1) * high
+        a, b = mjx_env.step(action), native.step(action)
+        msg = f"{task} step {t}"
+        torch.testing.assert_close(a.info["final_obs"], b.info["final_obs"], rtol=0,
+                                   atol=PARITY_OBS_ATOL, msg=msg)
+        torch.testing.assert_close(a.reward, b.reward, rtol=0, atol=PARITY_REWARD_ATOL, msg=msg)
+        assert torch.equal(a.terminated, b.terminated), msg
+        moved = max(moved, float((b.info["final_obs"] - b.obs).abs().max()) if t == 0 else moved)
+        moved = max(moved, float(b.reward.abs().max()))
+    assert moved > 10 * PARITY_REWARD_ATOL  # the worlds did something worth comparing
+
+
+def _ppo_runner(tmp_path: Path, backend: str) -> object:
+    from robotrl.cli.build import build_runner
+    from robotrl.config import TrainConfig, from_dict
+    from robotrl.seeding import seed_everything
+
+    cfg = from_dict(TrainConfig, {
+        "algo": {"name": "ppo", "num_steps": 8, "actor_hidden": [16], "critic_hidden": [16]},
+        "env": {"task": "inverted_pendulum", "options": {}},
+        "backend": {"name": backend},
+        "logger": {"tensorboard": False, "progress": False, "log_interval": 1},
+        "num_envs": 4, "total_steps": 2 * 8 * 4, "run_dir": str(tmp_path),
+        "checkpoint_interval": 1000, "eval_episodes": 1,
+    })
+    seed_everything(0)
+    runner = build_runner(cfg)
+    runner.make_eval_env = None
+    return runner
+
+
+@pytest.mark.slow
+def test_ppo_runs_on_mjx(tmp_path: Path) -> None:
+    runner = _ppo_runner(tmp_path, "mjx")
+    runner.train()
+    assert runner.global_step == 2 * 8 * 4 and len(runner.history) == 2
+    assert all(torch.isfinite(torch.tensor(m["loss/policy"])) for m in runner.history)
+
+
+# ---------------------------------------------------------------------- brax
+def _brax() -> None:
+    pytest.importorskip("brax", reason="the brax backend needs brax (pip install robotrl[brax])")
+
+
+def test_brax_unknown_env_lists_available() -> None:
+    _brax()
+    with pytest.raises(ValueError, match=r"unknown Brax env 'antt'; available: .*ant"):
+        E.make("antt", 2, backend="brax")
+
+
+@pytest.mark.slow
+def test_brax_contract_and_state() -> None:
+    _brax()
+    env = E.make("inverted_pendulum", 4, backend="brax", seed=0, max_episode_steps=5)
+    assert env.spec.action_dim == 1 and env.spec.reward_terms == ()
+    obs = env.reset(seed=0)
+    assert obs.shape == (4, env.spec.obs_dim) and obs.dtype == torch.float32
+    action = torch.tensor([[3.0], [-3.0], [0.0], [0.0]])
+    for t in range(1, 11):
+        out = env.step(action)
+        assert out.reward.dtype == torch.float32 and out.terminated.dtype == torch.bool
+        assert not bool((out.terminated & out.truncated).any())
+        done = out.terminated | out.truncated
+        assert torch.equal(out.obs[~done], out.info["final_obs"][~done])
+        if t % 5 == 0:
+            assert bool(out.truncated[2:].all())
+    assert not bool(out.terminated[2:].any())
+    state = env.get_state()
+    first = env.step(action)
+    env.set_state(state)
+    torch.testing.assert_close(env.step(action).obs, first.obs, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_ppo_runs_on_brax(tmp_path: Path) -> None:
+    _brax()
+    runner = _ppo_runner(tmp_path, "brax")
+    runner.train()
+    assert runner.global_step == 2 * 8 * 4 and len(runner.history) == 2
+
+
+# ---------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["mjx", "brax"])
+def test_gpu_zero_copy_no_host_transfers(backend: str) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    try:
+        jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("JAX sees no GPU")
+    if backend == "brax":
+        _brax()
+    from torch.profiler import ProfilerActivity, profile
+
+    env = E.make("halfcheetah", 64, backend=backend, device="cuda")
+    action = torch.zeros(64, env.spec.action_dim, device="cuda")
+    out = env.step(action)
+    assert out.obs.device.type == "cuda" and out.reward.device.type == "cuda"
+    assert out.terminated.device.type == "cuda"
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            env.step(action)
+        torch.cuda.synchronize()
+    d2h = [e.name for e in prof.events() if "DtoH" in e.name or "Device -> Pageable" in e.name]
+    assert d2h == [], d2h
