@@ -105,8 +105,8 @@ class BatchedEnv(ABC):
         self.close()
 
 
-def check_action(action: torch.Tensor, spec: EnvSpec, num_envs: int) -> None:
-    """Raise a clear error for an action of the wrong type, shape or with NaN/Inf entries."""
+def check_action_shape(action: torch.Tensor, spec: EnvSpec, num_envs: int) -> None:
+    """Raise a clear error for an action of the wrong type, shape or dtype (no host sync)."""
     if not isinstance(action, torch.Tensor):
         raise TypeError(
             f"action must be a torch.Tensor of shape [{num_envs}, {spec.action_dim}], "
@@ -119,6 +119,11 @@ def check_action(action: torch.Tensor, spec: EnvSpec, num_envs: int) -> None:
         )
     if not action.is_floating_point():
         raise TypeError(f"action must be a floating-point tensor, got dtype {action.dtype}")
+
+
+def check_action(action: torch.Tensor, spec: EnvSpec, num_envs: int) -> None:
+    """``check_action_shape`` plus NaN/Inf entries (reads a flag on the host: CPU backends)."""
+    check_action_shape(action, spec, num_envs)
     if not bool(torch.isfinite(action).all()):
         bad = (~torch.isfinite(action)).any(dim=1).nonzero().flatten().tolist()
         raise ValueError(

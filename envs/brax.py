@@ -22,10 +22,9 @@ from typing import Any
 
 import torch
 
-from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
+from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action, check_action_shape
 from robotrl.envs.mjx import (
     GPU_LS_ITERATIONS,
-    check_action_shape,
     jax,
     jax_device,
     jnp,

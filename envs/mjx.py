@@ -50,7 +50,13 @@ import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 import torch  # noqa: E402
 
-from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action  # noqa: E402
+from robotrl.envs.base import (  # noqa: E402
+    BatchedEnv,
+    EnvSpec,
+    StepOut,
+    check_action,
+    check_action_shape,
+)
 from robotrl.envs.tasks.base import MujocoTask  # noqa: E402
 
 with contextlib.redirect_stdout(io.StringIO()):  # mjx prints a line when `warp` is absent
@@ -109,20 +115,6 @@ def to_jax(t: torch.Tensor) -> jax.Array:
     """JAX view of ``t`` (DLPack; zero-copy on GPU, JAX may copy on CPU to align). Never write
     ``t`` afterwards."""
     return jax.dlpack.from_dlpack(t.detach().contiguous())
-
-
-def check_action_shape(action: torch.Tensor, spec: EnvSpec, num_envs: int) -> None:
-    """``check_action`` without the finiteness test, which would synchronize with a GPU."""
-    if not isinstance(action, torch.Tensor):
-        raise TypeError(f"action must be a torch.Tensor of shape [{num_envs}, {spec.action_dim}], "
-                        f"got {type(action).__name__}")
-    if tuple(action.shape) != (num_envs, spec.action_dim):
-        raise ValueError(
-            f"action has shape {tuple(action.shape)}, expected ({num_envs}, {spec.action_dim}) "
-            f"= (num_envs, action_dim) for task {spec.task!r}"
-        )
-    if not action.is_floating_point():
-        raise TypeError(f"action must be a floating-point tensor, got dtype {action.dtype}")
 
 
 # ---------------------------------------------------------------------- Sim over mjx.Data

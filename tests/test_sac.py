@@ -4,6 +4,7 @@ learning on InvertedPendulum, exact resume, bad config."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,13 @@ from robotrl.algos.sac import (
     temperature_loss,
 )
 from robotrl.cli.build import build_runner
-from robotrl.config import TrainConfig, from_dict
+from robotrl.config import TrainConfig
 from robotrl.nn.ensemble import EnsembleLinear, EnsembleQ
 from robotrl.nn.squashed_gaussian import SquashedGaussianActor, squashed_log_prob
-from robotrl.runners.off_policy import OffPolicyRunner
 from robotrl.seeding import seed_everything
+
+MakeConfig = Callable[..., TrainConfig]
+"""The ``make_config`` fixture of conftest.py."""
 
 
 # ------------------------------------------------------------------ squashed Gaussian
@@ -193,58 +196,9 @@ def test_bad_config_names_field() -> None:
         SAC(3, torch.full((2,), -math.inf), torch.ones(2), 1)
 
 
-def _cfg(tmp_path: Path, **over: object) -> TrainConfig:
-    # small nets, fast targets (tau .05) and high learning rates: InvertedPendulum in 4k steps
-    # (the SAC defaults, like Stable-Baselines3's SAC, are still near 100 there after 5k steps)
-    algo = {"name": "sac", "actor_hidden": [64, 64], "critic_hidden": [64, 64], "num_steps": 8,
-            "batch_size": 128, "learning_starts": 500, "actor_lr": 3e-3, "critic_lr": 3e-3,
-            "alpha_lr": 1e-3, "init_alpha": 0.05, "tau": 0.05}
-    algo.update(over.pop("algo", {}))  # type: ignore[arg-type]
-    data = {
-        "algo": algo,
-        "env": {"task": "inverted_pendulum", "options": {}},
-        "logger": {"tensorboard": False, "progress": False, "log_interval": 1},
-        "num_envs": 4,
-        "total_steps": 6 * 32,
-        "run_dir": str(tmp_path),
-        "checkpoint_interval": 1000,
-        "eval_episodes": 4,
-    }
-    data.update(over)
-    return from_dict(TrainConfig, data)
-
-
-def _learning_metrics(history: list[dict[str, float]]) -> list[dict[str, float]]:
-    return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in history]
-
-
-def test_resume_equals_uninterrupted(tmp_path: Path) -> None:
-    over = {"algo": {"learning_starts": 64, "batch_size": 16, "actor_hidden": [16],
-                     "critic_hidden": [16], "actor_update_interval": 2}}
-
-    def runner(cfg: TrainConfig) -> OffPolicyRunner:
-        seed_everything(cfg.seed)
-        r = build_runner(cfg)
-        assert isinstance(r, OffPolicyRunner)
-        r.make_eval_env = None
-        return r
-
-    full = runner(_cfg(tmp_path / "full", **over))
-    full.train()
-    first = runner(_cfg(tmp_path / "part", total_steps=3 * 32, **over))
-    first.train()
-    resumed = runner(_cfg(tmp_path / "part", **over))
-    resumed.load(tmp_path / "part" / "checkpoints" / "last.pt")
-    assert resumed.global_step == 3 * 32
-    resumed.train()
-    expected = _learning_metrics(full.history[3:])
-    assert len(expected) == 3 and "loss/critic" in expected[-1]
-    assert _learning_metrics(resumed.history) == expected
-
-
-def test_sac_learns_inverted_pendulum(tmp_path: Path) -> None:
+def test_sac_learns_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
     torch.set_num_threads(1)
-    cfg = _cfg(tmp_path, total_steps=4000, eval_interval=0, eval_episodes=5)
+    cfg = make_config(tmp_path, "sac", total_steps=4000, eval_interval=0, eval_episodes=5)
     seed_everything(0)
     result = build_runner(cfg).train()
     assert result is not None and result["return_mean"] >= 950, result

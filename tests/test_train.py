@@ -5,36 +5,24 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from robotrl.cli.build import build_runner
 from robotrl.cli.train import run_training
-from robotrl.config import TrainConfig, from_dict
-from robotrl.runners.on_policy import OnPolicyRunner
+from robotrl.config import TrainConfig
+from robotrl.runners.base import Runner
 from robotrl.seeding import seed_everything
 
-
-def _cfg(tmp_path: Path, **over: object) -> TrainConfig:
-    algo = {"name": "ppo", "num_steps": 8, "actor_hidden": [32, 32], "critic_hidden": [32, 32]}
-    algo.update(over.pop("algo", {}))  # type: ignore[arg-type]
-    data = {
-        "algo": algo,
-        "env": {"task": "inverted_pendulum", "options": {}},
-        "logger": {"tensorboard": False, "progress": False, "log_interval": 1},
-        "num_envs": 4,
-        "total_steps": 6 * 32,
-        "run_dir": str(tmp_path),
-        "checkpoint_interval": 1000,
-        "eval_episodes": 2,
-    }
-    data.update(over)
-    return from_dict(TrainConfig, data)
+MakeConfig = Callable[..., TrainConfig]
+"""The ``make_config`` fixture of conftest.py."""
 
 
-def _runner(cfg: TrainConfig) -> OnPolicyRunner:
+def _runner(cfg: TrainConfig) -> Runner:
     seed_everything(cfg.seed)
     runner = build_runner(cfg)
     runner.make_eval_env = None
@@ -45,22 +33,35 @@ def _learning_metrics(history: list[dict[str, float]]) -> list[dict[str, float]]
     return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in history]
 
 
-def test_resume_equals_uninterrupted(tmp_path: Path) -> None:
-    full = _runner(_cfg(tmp_path / "full"))
+@pytest.mark.parametrize(("algo", "key", "over"), [
+    ("ppo", "loss/policy", {}),
+    ("trpo", "train/step_fraction", {}),
+    # SAC: updates from the second iteration on, a delayed actor, the replay in the checkpoint
+    ("sac", "loss/critic", {"learning_starts": 64, "batch_size": 16, "actor_hidden": [16],
+                            "critic_hidden": [16], "actor_update_interval": 2}),
+])
+def test_resume_equals_uninterrupted(tmp_path: Path, make_config: MakeConfig,
+                                     algo: str, key: str, over: dict[str, Any]) -> None:
+    full = _runner(make_config(tmp_path / "full", algo, algo=over))
     full.train()
-    first = _runner(_cfg(tmp_path / "part", total_steps=3 * 32))
+    first = _runner(make_config(tmp_path / "part", algo, algo=over, total_steps=3 * 32))
     first.train()
-    resumed = _runner(_cfg(tmp_path / "part"))
+    resumed = _runner(make_config(tmp_path / "part", algo, algo=over))
     resumed.load(tmp_path / "part" / "checkpoints" / "last.pt")
     assert resumed.global_step == 3 * 32
     resumed.train()
     expected = _learning_metrics(full.history[3:])
-    assert len(expected) == 3 and "loss/policy" in expected[0]
+    assert len(expected) == 3 and key in expected[-1]
     assert _learning_metrics(resumed.history) == expected
+    for name, value in full.alg.state_dict().items():
+        if name not in ("generator", "replay") and isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(v, torch.Tensor):
+                    assert torch.equal(v, resumed.alg.state_dict()[name][k]), (name, k)
 
 
-def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path) -> None:
-    cfg = _cfg(tmp_path, checkpoint_interval=1)
+def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, make_config: MakeConfig) -> None:
+    cfg = make_config(tmp_path, checkpoint_interval=1)
     runner = _runner(cfg)
     runner.train()  # writes last.pt
     ckpt = runner.checkpoint_path
@@ -74,9 +75,9 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path) -> None:
     assert ckpt.read_bytes() == before
 
 
-def test_ppo_solves_inverted_pendulum(tmp_path: Path) -> None:
+def test_ppo_solves_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
     """The learning claim: mean deterministic return >= 950 (of 1000) on InvertedPendulum-v5."""
-    cfg = _cfg(tmp_path, num_envs=16, total_steps=24_000, eval_episodes=8,
+    cfg = make_config(tmp_path, num_envs=16, total_steps=24_000, eval_episodes=8,
                algo={"num_steps": 32, "actor_hidden": [64, 64], "critic_hidden": [64, 64]})
     result = run_training(cfg)
     assert result is not None

@@ -4,6 +4,7 @@ resume through the runner, NaN guard and config validation."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,13 +12,10 @@ import torch
 from torch.distributions import Normal, kl_divergence
 
 from robotrl.algos.trpo import TRPO, TRPOConfig, conjugate_gradient, fisher_vector_product
-from robotrl.cli.build import build_runner
 from robotrl.cli.train import run_training
-from robotrl.config import TrainConfig, from_dict
+from robotrl.config import TrainConfig
 from robotrl.envs import make
 from robotrl.nn.policy import GaussianActorCritic
-from robotrl.runners.on_policy import OnPolicyRunner
-from robotrl.seeding import seed_everything
 
 METRIC_KEYS = {
     "loss/policy",
@@ -31,6 +29,9 @@ METRIC_KEYS = {
     "train/explained_variance",
     "train/cg_residual",
 }
+
+MakeConfig = Callable[..., TrainConfig]
+"""The ``make_config`` fixture of conftest.py."""
 
 
 def test_conjugate_gradient_solves_spd_system() -> None:
@@ -188,57 +189,12 @@ def test_export_actor_equals_act_deterministic() -> None:
     assert torch.equal(actor(obs), expected) and expected.abs().max() == 1.0
 
 
-def _cfg(tmp_path: Path, **over: object) -> TrainConfig:
-    algo = {"name": "trpo", "num_steps": 8, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
-            "critic_minibatches": 4}
-    algo.update(over.pop("algo", {}))  # type: ignore[arg-type]
-    data = {
-        "algo": algo,
-        "env": {"task": "inverted_pendulum", "options": {}},
-        "logger": {"tensorboard": False, "progress": False, "log_interval": 1},
-        "num_envs": 4,
-        "total_steps": 6 * 32,
-        "run_dir": str(tmp_path),
-        "checkpoint_interval": 1000,
-        "eval_episodes": 2,
-    }
-    data.update(over)
-    return from_dict(TrainConfig, data)
-
-
-def _runner(cfg: TrainConfig) -> OnPolicyRunner:
-    seed_everything(cfg.seed)
-    runner = build_runner(cfg)
-    runner.make_eval_env = None
-    return runner
-
-
-def _learning_metrics(history: list[dict[str, float]]) -> list[dict[str, float]]:
-    return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in history]
-
-
-def test_resume_equals_uninterrupted(tmp_path: Path) -> None:
-    full = _runner(_cfg(tmp_path / "full"))
-    full.train()
-    first = _runner(_cfg(tmp_path / "part", total_steps=3 * 32))
-    first.train()
-    resumed = _runner(_cfg(tmp_path / "part"))
-    resumed.load(tmp_path / "part" / "checkpoints" / "last.pt")
-    assert resumed.global_step == 3 * 32
-    resumed.train()
-    expected = _learning_metrics(full.history[3:])
-    assert len(expected) == 3 and "train/step_fraction" in expected[0]
-    assert _learning_metrics(resumed.history) == expected
-    for p, q in zip(full.alg.policy.parameters(), resumed.alg.policy.parameters(), strict=True):
-        assert torch.equal(p, q)
-
-
-def test_trpo_solves_inverted_pendulum(tmp_path: Path) -> None:
+def test_trpo_solves_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
     """The learning claim: mean deterministic return >= 950 (of 1000) on InvertedPendulum-v5.
 
     Measured: 1000 for seeds 0-3 at 16k steps with max_kl 0.01 (31 updates).
     """
-    cfg = _cfg(tmp_path, num_envs=16, total_steps=16_000, eval_episodes=8,
+    cfg = make_config(tmp_path, "trpo", num_envs=16, total_steps=16_000, eval_episodes=8,
                algo={"num_steps": 32, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
                      "critic_minibatches": 16, "max_kl": 0.01})
     result = run_training(cfg)
@@ -259,6 +215,6 @@ def test_bad_config_values_name_the_field(field: str, value: object) -> None:
         TRPOConfig(**{field: value})
 
 
-def test_unknown_key_through_the_train_config_lists_allowed_keys(tmp_path: Path) -> None:
+def test_unknown_key_through_the_train_config_lists_allowed_keys(tmp_path: Path, make_config: MakeConfig) -> None:
     with pytest.raises(ValueError, match="allowed keys.*max_kl"):
-        _cfg(tmp_path, algo={"clip_low": 0.2})
+        make_config(tmp_path, "trpo", algo={"clip_low": 0.2})
