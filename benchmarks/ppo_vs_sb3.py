@@ -284,16 +284,24 @@ def sb3_throughput(task: str, cfg: dict[str, Any], args: argparse.Namespace,
     model = SB3PPO("MlpPolicy", venv, seed=args.seed, device="cpu", verbose=0, **kwargs)
     console.print(f"[dim]{task}: SB3, {args.sb3_vec} x {args.sb3_envs}, n_steps "
                   f"{kwargs['n_steps']}, {cfg['total_steps']:,} steps ...[/]")
+    return sb3_learn(model, venv, norm, task, cfg["total_steps"], args,
+                     {"hyperparameters": plain(kwargs), "notes": notes,
+                      "vec_env": f"{args.sb3_vec} x {args.sb3_envs}"})
+
+
+def sb3_learn(model: Any, venv: Any, norm: VecNormalize | None, task: str, total_steps: int,
+              args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
+    """Time ``model.learn(total_steps)``, evaluate deterministically, close ``venv``; the
+    result dict every throughput comparison prints (plus ``extra``)."""
     t0 = time.perf_counter()
-    model.learn(total_timesteps=cfg["total_steps"])
+    model.learn(total_timesteps=total_steps)
     seconds = time.perf_counter() - t0
     final = sb3_eval(task, args.eval_episodes, args.seed)(sb3_policy(model, norm))
     returns = [float(ep["r"]) for ep in model.ep_info_buffer or []]
     venv.close()
     return {"steps": model.num_timesteps, "seconds": seconds, "sps": model.num_timesteps / seconds,
             "final": final, "train_return": mean(returns), "train_episodes": len(returns),
-            "hyperparameters": plain(kwargs), "vec_env": f"{args.sb3_vec} x {args.sb3_envs}",
-            "notes": notes}
+            **extra}
 
 
 def throughput(args: argparse.Namespace, console: Console) -> tuple[dict, list[dict]]:

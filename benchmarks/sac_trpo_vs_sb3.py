@@ -39,8 +39,7 @@ from ppo_vs_sb3 import (  # noqa: E402
     mean,
     ours_policy,
     plain,
-    sb3_eval,
-    sb3_policy,
+    sb3_learn,
 )
 from rich.console import Console
 from rich.table import Table
@@ -144,16 +143,9 @@ def trpo_sb3(task: str, cfg: dict[str, Any], args: argparse.Namespace,
     model = SB3TRPO("MlpPolicy", venv, seed=args.seed, device="cpu", verbose=0, **kwargs)
     console.print(f"[dim]{task}: sb3-contrib TRPO, DummyVecEnv x {args.sb3_envs}, n_steps "
                   f"{kwargs['n_steps']}, {cfg['total_steps']:,} steps ...[/]")
-    t0 = time.perf_counter()
-    model.learn(total_timesteps=cfg["total_steps"])
-    seconds = time.perf_counter() - t0
-    final = sb3_eval(task, args.eval_episodes, args.seed)(sb3_policy(model, norm))
-    returns = [float(ep["r"]) for ep in model.ep_info_buffer or []]
-    venv.close()
-    return {"steps": model.num_timesteps, "seconds": seconds, "sps": model.num_timesteps / seconds,
-            "final": final, "train_return": mean(returns), "train_episodes": len(returns),
-            "hyperparameters": plain(kwargs), "vec_env": f"DummyVecEnv x {args.sb3_envs}",
-            "notes": notes}
+    return sb3_learn(model, venv, norm, task, cfg["total_steps"], args,
+                     {"hyperparameters": plain(kwargs), "notes": notes,
+                      "vec_env": f"DummyVecEnv x {args.sb3_envs}"})
 
 
 def trpo_section(args: argparse.Namespace, console: Console) -> tuple[dict, list[dict]]:
