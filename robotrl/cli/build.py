@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from robotrl.config import TrainConfig, algo_classes, algo_name, to_dict
+from robotrl.checkpoint import CheckpointError, load_checkpoint
+from robotrl.config import TrainConfig, algo_classes, algo_name, from_dict, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
 from robotrl.envs.randomization import RandomizationConfig
 from robotrl.envs.wrappers import RecordEpisodeStatistics
@@ -34,11 +36,27 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
     return RecordEpisodeStatistics(env) if train else env
 
 
-def build_algo(cfg: TrainConfig, spec: EnvSpec) -> object:
-    """The learner for ``cfg.algo``, sized for ``spec`` and ``cfg.num_envs`` training worlds."""
+def build_algo(cfg: TrainConfig, spec: EnvSpec, state: dict[str, Any] | None = None) -> Any:
+    """The learner for ``cfg.algo``, sized for ``spec`` and ``cfg.num_envs`` training worlds;
+    with ``state`` (a checkpoint's ``"algo"`` entry) it carries the trained weights."""
     _, alg_cls = algo_classes(algo_name(cfg.algo))
-    return alg_cls(spec.obs_dim, spec.action_low, spec.action_high, cfg.num_envs, cfg.algo,
-                   torch.device(cfg.device))
+    alg = alg_cls(spec.obs_dim, spec.action_low, spec.action_high, cfg.num_envs, cfg.algo,
+                  torch.device(cfg.device))
+    if state is not None:
+        alg.load_state_dict(state)
+    return alg
+
+
+def load_run(checkpoint: str, device: str = "cpu") -> tuple[TrainConfig, dict[str, Any]]:
+    """(run config with ``device`` set, checkpoint contents) of a trained run, for the commands
+    that use a checkpoint's policy; a missing or corrupt file exits with the reason."""
+    try:
+        ckpt = load_checkpoint(checkpoint, required=("config", "algo"))
+    except CheckpointError as err:
+        raise SystemExit(f"error: {err}") from None
+    cfg = from_dict(TrainConfig, ckpt["config"])
+    cfg.device = device
+    return cfg, ckpt
 
 
 def build_runner(cfg: TrainConfig) -> Runner:

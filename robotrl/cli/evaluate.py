@@ -26,9 +26,7 @@ def _video_writer(path: Path):  # noqa: ANN202 - imageio writer
 
 
 def eval_main(argv: list[str]) -> None:
-    from robotrl.checkpoint import CheckpointError, load_checkpoint
-    from robotrl.cli.build import build_algo, build_env
-    from robotrl.config import TrainConfig, from_dict
+    from robotrl.cli.build import build_algo, build_env, load_run
     from robotrl.logging import console
     from robotrl.runners.evaluation import evaluate
 
@@ -36,18 +34,12 @@ def eval_main(argv: list[str]) -> None:
                            "seed": int, "device": str})
     if "checkpoint" not in args:
         raise SystemExit("robotrl eval needs checkpoint=PATH (a .pt file or a run directory)")
-    try:
-        ckpt = load_checkpoint(str(args["checkpoint"]), required=("config", "algo"))
-    except CheckpointError as err:
-        raise SystemExit(f"error: {err}") from None
-    cfg = from_dict(TrainConfig, ckpt["config"])
-    cfg.device = str(args.get("device", "cpu"))
+    cfg, ckpt = load_run(str(args["checkpoint"]), str(args.get("device", "cpu")))
     episodes = int(args.get("episodes", 20))
     if episodes < 1:
         raise SystemExit(f"episodes must be >= 1, got {episodes}")
     env = build_env(cfg, episodes, int(args.get("seed", cfg.seed + 7919)), train=False)
-    alg = build_algo(cfg, env.spec)
-    alg.load_state_dict(ckpt["algo"])
+    alg = build_algo(cfg, env.spec, ckpt["algo"])
     device = torch.device(cfg.device)
 
     def policy(obs: torch.Tensor) -> torch.Tensor:

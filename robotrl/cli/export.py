@@ -19,9 +19,8 @@ def default_output(checkpoint: str, suffix: str) -> Path:
 def export_main(argv: list[str]) -> None:
     import torch
 
-    from robotrl.checkpoint import CheckpointError, load_checkpoint
-    from robotrl.cli.build import build_algo, build_env
-    from robotrl.config import TrainConfig, algo_name, from_dict
+    from robotrl.cli.build import build_algo, build_env, load_run
+    from robotrl.config import algo_name
     from robotrl.logging import console
     from robotrl.sim2real.export import FORMATS, ExportError, build_metadata, export_policy
     from robotrl.sim2real.verify import record_observations, sample_observations
@@ -37,16 +36,10 @@ def export_main(argv: list[str]) -> None:
     if num_obs < 1:
         raise SystemExit(f"num_obs must be >= 1, got {num_obs}")
     torch.set_num_threads(1)
-    try:
-        ckpt = load_checkpoint(str(args["checkpoint"]), required=("config", "algo"))
-    except CheckpointError as err:
-        raise SystemExit(f"error: {err}") from None
-    cfg = from_dict(TrainConfig, ckpt["config"])
-    cfg.device = "cpu"
+    cfg, ckpt = load_run(str(args["checkpoint"]), "cpu")
     seed = int(args.get("seed", cfg.seed + 104_729))
     env = build_env(cfg, ROLLOUT_WORLDS, seed, train=False)
-    alg = build_algo(cfg, env.spec)
-    alg.load_state_dict(ckpt["algo"])
+    alg = build_algo(cfg, env.spec, ckpt["algo"])
     name = algo_name(cfg.algo)
     if not hasattr(alg, "export_actor"):
         raise SystemExit(f"error: algorithm {name!r} has no export_actor(); it cannot be exported")

@@ -39,23 +39,15 @@ def _ints(key: str, text: str) -> tuple[int, ...]:
 
 def run_gap(checkpoint: str, grid: Any, device: str = "cpu") -> tuple[str, list[dict[str, Any]]]:
     """(task, rows) of ``robotrl.sim2real.gap.evaluate_gap`` for the policy of ``checkpoint``."""
-    from robotrl.checkpoint import CheckpointError, load_checkpoint
-    from robotrl.cli.build import build_algo, build_env
-    from robotrl.config import TrainConfig, from_dict
+    from robotrl.cli.build import build_algo, build_env, load_run
     from robotrl.sim2real.gap import evaluate_gap
 
-    try:
-        ckpt = load_checkpoint(checkpoint, required=("config", "algo"))
-    except CheckpointError as err:
-        raise SystemExit(f"error: {err}") from None
-    cfg = from_dict(TrainConfig, ckpt["config"])
-    cfg.device = device
+    cfg, ckpt = load_run(checkpoint, device)
     if cfg.backend.name != "mujoco":
         raise SystemExit(f"robotrl gap perturbs the native MuJoCo physics; {checkpoint} was "
                          f"trained on backend={cfg.backend.name}")
     spec = build_env(cfg, 1, cfg.seed, train=False).spec
-    alg: Any = build_algo(cfg, spec)
-    alg.load_state_dict(ckpt["algo"])
+    alg = build_algo(cfg, spec, ckpt["algo"])
     dev = torch.device(device)
 
     def policy(obs: torch.Tensor) -> torch.Tensor:
