@@ -304,6 +304,31 @@ def sb3_learn(model: Any, venv: Any, norm: VecNormalize | None, task: str, total
             **extra}
 
 
+def print_end_to_end(console: Console, title: str, ours: dict[str, Any], peer: dict[str, Any],
+                     peer_name: str, eval_episodes: int) -> None:
+    """Table of two end-to-end runs (``sb3_learn``-style dicts) and their throughput ratio."""
+    table = Table(title=title,
+                  caption="steps/s: env steps / wall clock of the whole train()/learn() call")
+    for col in ("", f"ours ({ours['config']['num_envs']} worlds)",
+                f"{peer_name} ({peer['vec_env']})"):
+        table.add_column(col, justify="right" if col else "left")
+    rows = [
+        ("env steps", lambda r: f"{r['steps']:,}"),
+        ("wall clock (s)", lambda r: f"{r['seconds']:.1f}"),
+        ("env-steps/s", lambda r: f"{r['sps']:,.0f}"),
+        (f"final eval return ({eval_episodes} ep.)",
+         lambda r: f"{r['final']['return_mean']:.1f} ± {r['final']['return_std']:.1f}"),
+        ("train return (last episodes)",
+         lambda r: "-" if r["train_return"] is None
+         else f"{r['train_return']:.1f} ({r['train_episodes']} ep.)"),
+    ]
+    for label, cell in rows:
+        table.add_row(label, cell(ours), cell(peer))
+    table.add_section()
+    table.add_row(f"ours/{peer_name} env-steps/s", f"{ours['sps'] / peer['sps']:.2f}x", "")
+    console.print(table)
+
+
 def throughput(args: argparse.Namespace, console: Console) -> tuple[dict, list[dict]]:
     results, checks = {}, []
     for task in args.tasks:
@@ -311,25 +336,8 @@ def throughput(args: argparse.Namespace, console: Console) -> tuple[dict, list[d
         sb3 = sb3_throughput(task, ours["config"], args, console)
         ratio = ours["sps"] / sb3["sps"]
         results[task] = {"ours": ours, "sb3": sb3, "ratio": ratio}
-        table = Table(title=f"{task} ({task_class(task).gym_id}): PPO end to end, {CORES} cores",
-                      caption="steps/s: env steps / wall clock of the whole train()/learn() call")
-        for col in ("", f"ours ({ours['config']['num_envs']} worlds)", f"SB3 ({sb3['vec_env']})"):
-            table.add_column(col, justify="right" if col else "left")
-        rows = [
-            ("env steps", lambda r: f"{r['steps']:,}"),
-            ("wall clock (s)", lambda r: f"{r['seconds']:.1f}"),
-            ("env-steps/s", lambda r: f"{r['sps']:,.0f}"),
-            (f"final eval return ({args.eval_episodes} ep.)",
-             lambda r: f"{r['final']['return_mean']:.1f} ± {r['final']['return_std']:.1f}"),
-            ("train return (last episodes)",
-             lambda r: "-" if r["train_return"] is None
-             else f"{r['train_return']:.1f} ({r['train_episodes']} ep.)"),
-        ]
-        for label, cell in rows:
-            table.add_row(label, cell(ours), cell(sb3))
-        table.add_section()
-        table.add_row("ours/SB3 env-steps/s", f"{ratio:.2f}x", "")
-        console.print(table)
+        print_end_to_end(console, f"{task} ({task_class(task).gym_id}): PPO end to end, "
+                         f"{CORES} cores", ours, sb3, "SB3", args.eval_episodes)
         console.print(f"ours: {ours['collect_s']:.1f} s collecting, {ours['update_s']:.1f} s "
                       f"updating. SB3 arguments: {sb3['hyperparameters']}")
         for note in sb3["notes"]:

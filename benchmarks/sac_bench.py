@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import torch
-from ppo_vs_sb3 import EVAL_ENV_SEED, EVAL_RESET_SEED, ours_wallclock, sb3_eval
+from ppo_vs_sb3 import EVAL_ENV_SEED, EVAL_RESET_SEED, ours_wallclock, sb3_learn
 from rich.console import Console
 from rich.table import Table
 from stable_baselines3 import SAC as SB3SAC
@@ -111,18 +111,10 @@ def same_steps(args: argparse.Namespace, console: Console) -> dict[str, Any]:
             "return": ours_eval["return_mean"], "return_std": ours_eval["return_std"]}
     console.print(f"[dim]SAC same steps: SB3, 1 env, {steps:,} steps ...[/]")
     model = _sb3_model(args.task, seed, algo["learning_starts"])
-    t0 = time.perf_counter()
-    model.learn(steps)
-    sb3_s = time.perf_counter() - t0
-
-    def sb3_policy(obs: torch.Tensor) -> torch.Tensor:
-        action, _ = model.predict(obs.cpu().numpy(), deterministic=True)
-        return torch.as_tensor(action, dtype=torch.float32)
-
-    sb3_eval_result = sb3_eval(args.task, args.eval_episodes, seed)(sb3_policy)
-    sb3 = {"seconds": sb3_s, "env_steps_per_s": steps / sb3_s, "updates": model._n_updates,
-           "updates_per_s": model._n_updates / sb3_s, "return": sb3_eval_result["return_mean"],
-           "return_std": sb3_eval_result["return_std"]}
+    run = sb3_learn(model, model.get_env(), None, args.task, steps, args, {})
+    sb3 = {"seconds": run["seconds"], "env_steps_per_s": run["sps"], "updates": model._n_updates,
+           "updates_per_s": model._n_updates / run["seconds"],
+           "return": run["final"]["return_mean"], "return_std": run["final"]["return_std"]}
     table = Table(title=f"SAC {args.task}, {steps:,} env steps, UTD 1, batch {BATCH}, {HIDDEN}")
     for col in ("", "env-steps/s", "updates/s", "updates", "final return"):
         table.add_column(col, justify="right")

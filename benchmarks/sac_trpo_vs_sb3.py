@@ -39,10 +39,10 @@ from ppo_vs_sb3 import (  # noqa: E402
     mean,
     ours_policy,
     plain,
+    print_end_to_end,
     sb3_learn,
 )
 from rich.console import Console
-from rich.table import Table
 from sac_bench import add_arguments as add_sac_arguments
 from sac_bench import sac_section
 
@@ -154,26 +154,8 @@ def trpo_section(args: argparse.Namespace, console: Console) -> tuple[dict, list
     ours = trpo_ours(task, args.steps, args, console)
     sb3 = trpo_sb3(task, ours["config"], args, console)
     ratio = ours["sps"] / sb3["sps"]
-    table = Table(title=f"{task} ({task_class(task).gym_id}): TRPO end to end, {CORES} cores",
-                  caption="steps/s: env steps / wall clock of the whole train()/learn() call")
-    for col in ("", f"ours ({ours['config']['num_envs']} worlds)", f"sb3-contrib "
-                f"({sb3['vec_env']})"):
-        table.add_column(col, justify="right" if col else "left")
-    rows = [
-        ("env steps", lambda r: f"{r['steps']:,}"),
-        ("wall clock (s)", lambda r: f"{r['seconds']:.1f}"),
-        ("env-steps/s", lambda r: f"{r['sps']:,.0f}"),
-        (f"final eval return ({args.eval_episodes} ep.)",
-         lambda r: f"{r['final']['return_mean']:.1f} ± {r['final']['return_std']:.1f}"),
-        ("train return (last episodes)",
-         lambda r: "-" if r["train_return"] is None
-         else f"{r['train_return']:.1f} ({r['train_episodes']} ep.)"),
-    ]
-    for label, cell in rows:
-        table.add_row(label, cell(ours), cell(sb3))
-    table.add_section()
-    table.add_row("ours/sb3-contrib env-steps/s", f"{ratio:.2f}x", "")
-    console.print(table)
+    print_end_to_end(console, f"{task} ({task_class(task).gym_id}): TRPO end to end, "
+                     f"{CORES} cores", ours, sb3, "sb3-contrib", args.eval_episodes)
     console.print(f"ours: {ours['collect_s']:.1f} s collecting, {ours['update_s']:.1f} s "
                   f"updating, line search accepted {ours['accepted_fraction']:.0%} of updates, "
                   f"mean KL {ours['mean_kl']:.4f}. sb3-contrib arguments: {sb3['hyperparameters']}")
