@@ -261,13 +261,30 @@ class ClipAction(Wrapper):
         return self.env.step(torch.clamp(action, low, high))
 
 
+def finished_episodes(episodes: list[dict[str, torch.Tensor]]) -> tuple[list[float], list[int]]:
+    """Returns and lengths of the episodes that ended in ``episodes`` (``info["episode"]`` of
+    consecutive steps), in step order then world order. One host synchronization for all."""
+    if not episodes:
+        return [], []
+    done = torch.stack([e["done"] for e in episodes])
+    returns = torch.stack([e["return"] for e in episodes])[done]
+    lengths = torch.stack([e["length"] for e in episodes])[done]
+    return returns.tolist(), lengths.tolist()
+
+
 class RecordEpisodeStatistics(Wrapper):
     """Per-world running return and length; finished episodes reported in ``info["episode"]``.
 
-    After every step ``info["episode"] = {"return": [K] float32, "length": [K] long}`` for the K
-    worlds whose episode ended (terminated or truncated) this step, K >= 0, in world order.
-    ``recent_returns``/``recent_lengths`` keep the last ``window`` finished episodes.
+    After every step ``info["episode"] = {"done": [N] bool, "return": [N] float32, "length": [N]
+    long}``: ``return``/``length`` of the episode each world finished this step, valid where
+    ``done`` (use ``finished_episodes`` to pick them). Dense on purpose: a step never waits for
+    the device to say how many episodes ended (on a GPU that wait would stall every step).
+    ``recent_returns``/``recent_lengths`` keep the last ``window`` finished episodes; they are
+    brought up to date (one synchronization) when read and every ``_FLUSH`` steps.
     """
+
+    _FLUSH = 256
+    """Steps whose episode tensors are kept on the device before they are read."""
 
     def __init__(self, env: BatchedEnv, window: int = 100) -> None:
         super().__init__(env)
@@ -278,10 +295,35 @@ class RecordEpisodeStatistics(Wrapper):
         """[N] float64: return of each world's current episode so far."""
         self.episode_lengths = torch.zeros(env.num_envs, dtype=torch.long, device=env.device)
         """[N] long: steps of each world's current episode so far."""
-        self.recent_returns: deque[float] = deque(maxlen=window)
-        self.recent_lengths: deque[int] = deque(maxlen=window)
-        self.num_episodes = 0
+        self._recent_returns: deque[float] = deque(maxlen=window)
+        self._recent_lengths: deque[int] = deque(maxlen=window)
+        self._num_episodes = 0
+        self._pending: list[dict[str, torch.Tensor]] = []
+
+    def _flush(self) -> None:
+        returns, lengths = finished_episodes(self._pending)
+        self._pending.clear()
+        self._recent_returns.extend(returns)
+        self._recent_lengths.extend(lengths)
+        self._num_episodes += len(returns)
+
+    @property
+    def recent_returns(self) -> deque[float]:
+        """Returns of the last ``window`` finished episodes, oldest first."""
+        self._flush()
+        return self._recent_returns
+
+    @property
+    def recent_lengths(self) -> deque[int]:
+        """Lengths of the last ``window`` finished episodes, oldest first."""
+        self._flush()
+        return self._recent_lengths
+
+    @property
+    def num_episodes(self) -> int:
         """Episodes finished since construction (or the loaded checkpoint's count)."""
+        self._flush()
+        return self._num_episodes
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         self.episode_returns.zero_()
@@ -293,15 +335,14 @@ class RecordEpisodeStatistics(Wrapper):
         self.episode_returns.add_(out.reward)
         self.episode_lengths.add_(1)
         done = out.terminated | out.truncated
-        returns = self.episode_returns[done].to(torch.float32)
-        lengths = self.episode_lengths[done]
+        episode = {"done": done, "return": self.episode_returns.to(torch.float32),
+                   "length": self.episode_lengths.clone()}
         self.episode_returns.masked_fill_(done, 0.0)
         self.episode_lengths.masked_fill_(done, 0)
-        if returns.numel():  # the size is known on the host once the mask was applied
-            self.recent_returns.extend(returns.tolist())
-            self.recent_lengths.extend(lengths.tolist())
-            self.num_episodes += returns.numel()
-        return _replace_info(out, episode={"return": returns, "length": lengths})
+        self._pending.append(episode)
+        if len(self._pending) >= self._FLUSH:
+            self._flush()
+        return _replace_info(out, episode=episode)
 
     def own_state_dict(self) -> dict[str, Any]:
         return {
@@ -315,9 +356,10 @@ class RecordEpisodeStatistics(Wrapper):
     def load_own_state_dict(self, state: dict[str, Any]) -> None:
         self.episode_returns.copy_(state["episode_returns"])
         self.episode_lengths.copy_(state["episode_lengths"])
-        self.recent_returns = deque(state["recent_returns"], maxlen=self.window)
-        self.recent_lengths = deque(state["recent_lengths"], maxlen=self.window)
-        self.num_episodes = int(state["num_episodes"])
+        self._pending.clear()
+        self._recent_returns = deque(state["recent_returns"], maxlen=self.window)
+        self._recent_lengths = deque(state["recent_lengths"], maxlen=self.window)
+        self._num_episodes = int(state["num_episodes"])
 
 
 __all__ = [
@@ -327,4 +369,5 @@ __all__ = [
     "RescaleAction",
     "ScaleReward",
     "Wrapper",
+    "finished_episodes",
 ]

@@ -15,6 +15,7 @@ from robotrl.envs.wrappers import (
     RescaleAction,
     ScaleReward,
     Wrapper,
+    finished_episodes,
 )
 
 
@@ -209,8 +210,8 @@ def test_record_episode_statistics() -> None:
     for t in range(1, 7):
         ep = env.step(torch.zeros(2, 2)).info["episode"]
         assert ep["return"].dtype == torch.float32 and ep["length"].dtype == torch.long
-        assert ep["return"].shape == ep["length"].shape
-        finished[t] = (ep["return"].tolist(), ep["length"].tolist())
+        assert ep["return"].shape == ep["length"].shape == ep["done"].shape == (2,)
+        finished[t] = finished_episodes([ep])
     assert finished[1] == ([], [])
     assert finished[2] == ([3.0], [2])
     assert finished[3] == ([36.0], [3])
@@ -225,6 +226,20 @@ def test_record_episode_statistics() -> None:
     assert env.episode_returns.tolist() == [1.0, 11.0]
     env.reset()
     assert env.episode_returns.tolist() == [0.0, 0.0]
+
+
+def test_record_episode_statistics_across_flushes() -> None:
+    # 600 steps pass the wrapper's on-device buffer (flushed every _FLUSH steps) twice; episodes
+    # stay in step order, then world order: world 0 ends every 2 steps, world 1 every 3
+    env = RecordEpisodeStatistics(FakeEnv(), window=1000)
+    env.reset()
+    steps = 600
+    assert steps > 2 * RecordEpisodeStatistics._FLUSH
+    for _ in range(steps):
+        env.step(torch.zeros(2, 2))
+    expected = [r for t in range(1, steps + 1) for r, k in ((3.0, 2), (36.0, 3)) if t % k == 0]
+    assert list(env.recent_returns) == expected
+    assert env.num_episodes == steps // 2 + steps // 3
 
 
 def _stack() -> RecordEpisodeStatistics:
@@ -247,7 +262,7 @@ def test_state_dict_round_trip() -> None:
         a, b = env.step(torch.zeros(2, 2)), twin.step(torch.zeros(2, 2))
         torch.testing.assert_close(a.obs, b.obs, rtol=0, atol=0)
         torch.testing.assert_close(a.reward, b.reward, rtol=0, atol=0)
-        torch.testing.assert_close(a.info["episode"]["return"], b.info["episode"]["return"])
+        assert finished_episodes([a.info["episode"]]) == finished_episodes([b.info["episode"]])
     assert list(env.recent_returns) == list(twin.recent_returns)
     assert env.num_episodes == twin.num_episodes
     norm = twin.env.env

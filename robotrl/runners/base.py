@@ -20,6 +20,7 @@ import torch
 
 from robotrl.checkpoint import load_checkpoint, save_checkpoint
 from robotrl.envs.base import BatchedEnv
+from robotrl.envs.wrappers import finished_episodes
 from robotrl.logging import Logger, ProgressBar, console
 from robotrl.runners.evaluation import evaluate
 from robotrl.seeding import rng_state, set_rng_state
@@ -117,6 +118,7 @@ class Runner:
         """``steps_per_env`` steps in every world; returns per-step reward-term means."""
         env, alg, dev = self.env, self.alg, self.device
         term_sums: dict[str, torch.Tensor] = {}
+        episodes: list[dict[str, torch.Tensor]] = []
         with torch.inference_mode():
             obs = self.obs
             for _ in range(self.s.steps_per_env):
@@ -126,11 +128,13 @@ class Runner:
                                      out.truncated.to(dev), out.info["final_obs"].to(dev))
                 for name, value in out.info.get("reward_terms", {}).items():
                     term_sums[name] = term_sums.get(name, 0.0) + value.sum()
-                episode = out.info.get("episode")
-                if episode is not None and len(episode["return"]):
-                    self.recent_returns.extend(episode["return"].tolist())
-                    self.recent_lengths.extend(episode["length"].tolist())
+                if "episode" in out.info:
+                    episodes.append(out.info["episode"])
             self._end_rollout(obs)
+            # read once per rollout: a per-step read would wait for the device every step
+            returns, lengths = finished_episodes(episodes)
+            self.recent_returns.extend(returns)
+            self.recent_lengths.extend(lengths)
             self.obs = obs
         n = self.s.steps_per_env * env.num_envs
         return {f"reward/{k}": (v / n).item() for k, v in term_sums.items()}
