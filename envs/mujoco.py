@@ -23,12 +23,14 @@ import torch
 from mujoco.batch import Batch, SimulationError
 
 from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
-from robotrl.envs.randomization import DomainRandomizer, RandomizationConfig, resolve
+from robotrl.envs.randomization import (
+    SEED_OFFSET,
+    BatchRandomizer,
+    RandomizationConfig,
+    RandomizedEnv,
+    resolve,
+)
 from robotrl.envs.tasks.base import MujocoTask
-
-# the randomization generator's seed is the env seed moved to another stream, so that turning
-# randomization on leaves the reset distribution's draws unchanged
-_DR_SEED_OFFSET = 0x5DEECE66D
 
 _STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
 # warnings after which MuJoCo has auto-reset the world: the physics went unstable
@@ -74,7 +76,7 @@ class BatchSim:
         return views[name]
 
 
-class MujocoEnv(BatchedEnv):
+class MujocoEnv(RandomizedEnv, BatchedEnv):
     """``num_envs`` worlds of one task, stepped natively on ``num_threads`` threads (0: all).
 
     ``randomization`` (a preset name, a mapping or a ``RandomizationConfig``; see
@@ -130,7 +132,7 @@ class MujocoEnv(BatchedEnv):
         # properly reset at the next step
         self._pending_unstable = np.zeros(num_envs, dtype=bool)
         self._seed = seed
-        self._dr: DomainRandomizer | None = None
+        self._dr: BatchRandomizer | None = None
         dr_cfg = resolve(randomization)
         if dr_cfg.enabled():
             self.set_randomization(dr_cfg)
@@ -154,7 +156,9 @@ class MujocoEnv(BatchedEnv):
         """Reset worlds ``ids`` (sorted int array) to fresh samples of the task's reset state."""
         qpos, qvel = self.task.reset_state(len(ids), self._gen)
         if self._dr is not None:
-            self._dr.on_reset(torch.from_numpy(ids).long())
+            mask = torch.zeros(self.num_envs, dtype=torch.bool)
+            mask[torch.from_numpy(ids).long()] = True
+            self._dr.on_reset(mask)
         self.batch.reset(ids, stage=_STAGE_NONE)
         self._qpos[ids] = qpos.numpy()
         self._qvel[ids] = qvel.numpy()
@@ -202,7 +206,7 @@ class MujocoEnv(BatchedEnv):
         if seed is not None:
             self._gen.manual_seed(seed)
             if self._dr is not None:
-                self._dr.gen.manual_seed(seed + _DR_SEED_OFFSET)
+                self._dr.gen.manual_seed(seed + SEED_OFFSET)
         self._reset_worlds(np.arange(self.num_envs, dtype=np.int32))
         obs = self.task.observe(self.sim)
         return self._out(obs if self._dr is None else self._dr.observe(obs))
@@ -306,15 +310,7 @@ class MujocoEnv(BatchedEnv):
                 f"checkpointed env state has shape {rows.shape}, this env needs "
                 f"{self.batch.state.shape} (num_envs, state size): different task or num_envs?"
             )
-        dr_state = state.get("randomization")
-        if dr_state is not None:
-            if self._dr is None:
-                self.set_randomization(dr_state["config"])
-            assert self._dr is not None
-            self._dr.load_state_dict(dr_state)
-        elif self._dr is not None:  # saved without randomization: back to the nominal model
-            self._dr.set_config(RandomizationConfig())
-            self._dr.resample(torch.arange(self.num_envs))
+        self._load_randomization(state.get("randomization"))
         self.batch.state[:] = rows
         self.batch.forward()
         self._steps.copy_(state["steps"])
@@ -336,31 +332,9 @@ class MujocoEnv(BatchedEnv):
         return self._renderer.render()
 
     # ------------------------------------------------------------------ randomization
-    def set_randomization(
-        self, cfg: str | dict[str, Any] | RandomizationConfig | None, resample: bool = False
-    ) -> None:
-        """Use new randomization ranges (a curriculum step); they apply from each world's next
-        reset, or to every world at once with ``resample=True``."""
-        cfg = resolve(cfg)
-        if self._dr is None:
-            if not cfg.enabled():
-                return
-            self._dr = DomainRandomizer(cfg, self.batch, self.model, self.task.obs_dim,
-                                        self._seed + _DR_SEED_OFFSET)
-        else:
-            self._dr.set_config(cfg)
-        if resample:
-            self._dr.on_reset(torch.arange(self.num_envs))
-
-    @property
-    def randomization(self) -> RandomizationConfig:
-        """The current randomization ranges (all nominal when none)."""
-        return RandomizationConfig() if self._dr is None else self._dr.cfg
-
-    def physics_params(self) -> dict[str, torch.Tensor]:
-        """Sampled physics of every world: ``{name: [N, ...]}`` (empty without randomization);
-        see ``DomainRandomizer.physics_params``."""
-        return {} if self._dr is None else self._dr.physics_params()
+    def _make_randomizer(self, cfg: RandomizationConfig) -> BatchRandomizer:
+        return BatchRandomizer(cfg, self.batch, self.model, self.task.obs_dim,
+                               self._seed + SEED_OFFSET)
 
     def close(self) -> None:
         renderer = getattr(self, "_renderer", None)

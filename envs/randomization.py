@@ -4,10 +4,13 @@
     env.physics_params()["body_mass"]                        # [N, nbody] the sampled masses
     env.set_randomization(cfg)                               # new ranges (curriculum)
 
-Physical parameters are per-simulation model fields of ``mujoco.batch.Batch`` (``expand``),
-sampled independently per world at that world's reset (and every ``resample_interval`` steps),
-after which ``Batch.set_const`` recomputes the constants MuJoCo derives from them (e.g. the
-subtree masses and ``dof_invweight0`` after a mass or armature change). Observation and action
+Physical parameters are sampled independently per world at that world's reset (and every
+``resample_interval`` steps). ``DomainRandomizer`` keeps them per world and does the noise,
+delay and push arithmetic for every backend; the native backend's ``BatchRandomizer`` writes them
+into the per-simulation model fields of ``mujoco.batch.Batch`` (``expand``), after which
+``Batch.set_const`` recomputes the constants MuJoCo derives from them (e.g. the subtree masses
+and ``dof_invweight0`` after a mass or armature change); the MJX backend's ``MjxRandomizer``
+(``envs/mjx_randomization.py``) hands them to its jitted step as a per-world (vmapped) model. Observation and action
 noise, action delay and pushes act on the tensors around the physics step. Everything is drawn
 from one explicit ``torch.Generator`` seeded from the env seed (Tobin et al. 2017; Peng et al.
 2018 for dynamics randomization with latency).
@@ -16,6 +19,7 @@ from one explicit ``torch.Generator`` seeded from the env seed (Tobin et al. 201
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +69,7 @@ class Range:
     def sample(self, n: int, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
         """[n, *shape] float64 samples (broadcast over ``shape`` when ``shared``)."""
         draw = (n,) + ((1,) * len(shape) if self.shared else shape)
-        u = torch.rand(draw, generator=gen, dtype=torch.float64)
+        u = torch.rand(draw, generator=gen, dtype=torch.float64, device=gen.device)
         if self.low == self.high:
             x = torch.full_like(u, self.low)
         elif self.distribution == "loguniform":
@@ -193,25 +197,39 @@ def resolve(spec: str | dict[str, Any] | RandomizationConfig | None) -> Randomiz
 
 
 class DomainRandomizer:
-    """Applies a ``RandomizationConfig`` to the worlds of a ``Batch``; see the module docstring."""
+    """Applies a ``RandomizationConfig`` to ``num_envs`` worlds; see the module docstring.
 
-    def __init__(self, cfg: RandomizationConfig, batch: Any, model: mujoco.MjModel,
-                 obs_dim: int, seed: int) -> None:
-        self.batch, self.model, self.n = batch, model, batch.nsim
+    The backend-independent part: it keeps each randomized parameter's current value per world
+    (``[N, ...]`` float64 on ``device``), draws new ones for the worlds in a mask, and does the
+    noise, delay and push arithmetic. Subclasses put the values into their physics (``_apply``).
+    Worlds are selected by boolean masks: on the CPU only the selected rows are drawn; on a GPU
+    every row is drawn and ``where`` keeps the selected ones (asking which rows are selected
+    would wait for the device every step).
+    """
+
+    def __init__(self, cfg: RandomizationConfig, model: mujoco.MjModel, obs_dim: int,
+                 num_envs: int, seed: int, device: str | torch.device = "cpu") -> None:
+        self.model, self.n = model, num_envs
+        self.device = torch.device(device)
         self.obs_dim, self.nu = obs_dim, model.nu
-        self.gen = torch.Generator().manual_seed(seed)
-        self._values: dict[str, torch.Tensor] = {}  # param -> live [N, ...] view of the field
+        self.gen = torch.Generator(device=self.device).manual_seed(seed)
+        self.dense = self.device.type != "cpu"
+        """Draw every row and keep the selected ones with ``where`` (no host sync), instead of
+        drawing the selected rows only."""
+        self._values: dict[str, torch.Tensor] = {}  # param -> [N, ...] current value per world
         self._nominal: dict[str, torch.Tensor] = {}
-        self._ids = torch.arange(self.n)
+        self._ids = torch.arange(self.n, device=self.device)
         # motors get their gear scaled; servos (affine bias) their kp, keeping ctrl a position
-        self._servo = torch.as_tensor(model.actuator_biastype != 0)
-        self._inertia0 = torch.as_tensor(model.body_inertia.copy())
-        self._qvel = torch.from_numpy(batch.bind("qvel"))
+        self._servo = torch.as_tensor(model.actuator_biastype != 0, device=self.device)
         # the translational dofs of the root body's joints receive the pushes
         root = [model.jnt_dofadr[j] + k for j in range(model.njnt) if model.jnt_bodyid[j] == 1
                 for k in range({0: 3, 2: 1}.get(int(model.jnt_type[j]), 0))]
-        self._root_dofs = torch.as_tensor(root, dtype=torch.long)
+        self._root_dofs = torch.as_tensor(root, dtype=torch.long, device=self.device)
         self.set_config(cfg)
+
+    def _apply(self, mask: torch.Tensor) -> None:
+        """Make the physics of worlds ``mask`` [N] bool use their current ``_values``."""
+        raise NotImplementedError
 
     def set_config(self, cfg: RandomizationConfig) -> None:
         """Use ``cfg`` from each world's next draw on; delay history and timers restart."""
@@ -226,75 +244,79 @@ class DomainRandomizer:
                                      f"nominal value negative ({least:.3g}); use low >= "
                                      f"{-float(self._nominal[name].min()):.3g} or mode=scale")
         noise = torch.as_tensor(cfg.obs_noise, dtype=torch.float64)
-        self._obs_std = noise if bool((noise != 0).any()) else None
-        kmax = cfg.action_delay_max
-        self.delay = torch.full((self.n,), cfg.action_delay_min, dtype=torch.long)
-        self._hist = torch.zeros(self.n, kmax + 1, self.nu, dtype=torch.float64) if kmax else None
-        self._push_timer = torch.zeros(self.n, dtype=torch.long)
+        self._obs_std = noise.to(self.device) if bool((noise != 0).any()) else None
+        kmax, dev = cfg.action_delay_max, self.device
+        self.delay = torch.full((self.n,), cfg.action_delay_min, dtype=torch.long, device=dev)
+        self._hist = (torch.zeros(self.n, kmax + 1, self.nu, dtype=torch.float64, device=dev)
+                      if kmax else None)
+        self._push_timer = torch.zeros(self.n, dtype=torch.long, device=dev)
 
     # ------------------------------------------------------------------ model fields
     def _field(self, name: str) -> torch.Tensor:
-        """Live [N, ...] tensor of the parameter's model values, expanding the field once."""
+        """[N, ...] values of a parameter, nominal in every world until its first draw."""
         if name not in self._values:
-            field = _MODEL_PARAMS[name][0]
-            raw = torch.from_numpy(self.batch.expand(field))
-            view = raw[..., 0] if name == "friction" else raw
-            if name == "actuator_gain":
-                gear = raw[..., 0]
-                gain = torch.from_numpy(self.batch.expand("actuator_gainprm"))[..., 0]
-                view = torch.where(self._servo, gain, gear)
-                self._gear, self._gain = gear, gain
-                self._bias = torch.from_numpy(self.batch.expand("actuator_biasprm"))[..., 1]
-            self._values[name] = view
-            self._nominal[name] = view[0].clone()
+            m = self.model
+            nominal = {
+                "body_mass": lambda: m.body_mass,
+                "friction": lambda: m.geom_friction[:, 0],
+                "joint_damping": lambda: m.dof_damping,
+                "armature": lambda: m.dof_armature,
+                "actuator_gain": lambda: np.where(m.actuator_biastype != 0,
+                                                  m.actuator_gainprm[:, 0], m.actuator_gear[:, 0]),
+                "gravity": lambda: m.opt.gravity,
+                "com_offset": lambda: m.body_ipos,
+            }[name]()
+            value = torch.tensor(np.array(nominal, dtype=np.float64), device=self.device)
+            self._nominal[name] = value
+            self._values[name] = value.expand(self.n, *value.shape).clone()
         return self._values[name]
 
-    def _write(self, name: str, ids: torch.Tensor, value: torch.Tensor) -> None:
-        """Write parameter ``name`` of worlds ``ids`` ([K, ...] values) into the batch."""
-        if name == "body_mass":
-            self._values[name][ids] = value
-            inertia = torch.from_numpy(self.batch.expand("body_inertia"))
-            inertia[ids] = self._inertia0 * (value / self._nominal[name].clamp_min(1e-12))[..., None]
-        elif name == "actuator_gain":
-            self._gear[ids] = torch.where(self._servo, self._gear[ids], value)
-            self._gain[ids] = torch.where(self._servo, value, self._gain[ids])
-            self._bias[ids] = torch.where(self._servo, -value, self._bias[ids])
-            self._values[name] = torch.where(self._servo, self._gain, self._gear)
-        else:
-            self._values[name][ids] = value
+    def _redraw(self, current: torch.Tensor, mask: torch.Tensor,
+                draw: Callable[[int], torch.Tensor]) -> torch.Tensor:
+        """``current`` [N, ...] with the rows in ``mask`` replaced by ``draw(k)`` ([k, ...]):
+        in place on the CPU (k = selected rows), a new tensor on a GPU (k = N, ``where``)."""
+        if not self.dense:
+            ids = mask.nonzero().flatten()
+            if len(ids):
+                current[ids] = draw(len(ids))
+            return current
+        keep = mask.reshape(-1, *(1,) * (current.dim() - 1))
+        return torch.where(keep, draw(self.n), current)
 
-    def resample(self, ids: torch.Tensor) -> None:
-        """Draw new physical parameters for worlds ``ids`` ([K] long) and update MuJoCo's
-        derived constants for them."""
-        if not len(ids):
+    def resample(self, mask: torch.Tensor) -> None:
+        """Draw new physical parameters for the worlds in ``mask`` ([N] bool) and apply them."""
+        if not self._values:
             return
         ranges = self.cfg.model_ranges()
         for name in list(self._values):
             nominal, rng = self._nominal[name], ranges.get(name)
-            if rng is None:  # removed by set_config: back to nominal
-                value = nominal.expand(len(ids), *nominal.shape)
-            else:
-                x = rng.sample(len(ids), tuple(nominal.shape), self.gen)
-                value = nominal * x if rng.mode == "scale" else nominal + x
-            self._write(name, ids, value)
-        if self._values:
-            self.batch.set_const(ids.numpy().astype(np.int32))
+
+            def draw(k: int, nominal: torch.Tensor = nominal, rng: Range | None = rng
+                     ) -> torch.Tensor:
+                if rng is None:  # removed by set_config: back to nominal
+                    return nominal.expand(k, *nominal.shape)
+                x = rng.sample(k, tuple(nominal.shape), self.gen)
+                return nominal * x if rng.mode == "scale" else nominal + x
+
+            self._values[name] = self._redraw(self._values[name], mask, draw)
+        self._apply(mask)
 
     # ------------------------------------------------------------------ episode hooks
-    def on_reset(self, ids: torch.Tensor) -> None:
-        """Worlds ``ids`` ([K] long) start an episode: new parameters, delay, push timer."""
-        self.resample(ids)
+    def on_reset(self, mask: torch.Tensor) -> None:
+        """Worlds in ``mask`` ([N] bool) start an episode: new parameters, delay, push timer."""
+        self.resample(mask)
         cfg = self.cfg
         if self._hist is not None:
-            self._hist[ids] = 0.0  # the actuators are idle until the first delayed command
-            self.delay[ids] = torch.randint(cfg.action_delay_min, cfg.action_delay_max + 1,
-                                            (len(ids),), generator=self.gen)
+            self._hist.masked_fill_(mask[:, None, None], 0.0)  # actuators idle until the first
+            self.delay = self._redraw(self.delay, mask, lambda k: torch.randint(  # command
+                cfg.action_delay_min, cfg.action_delay_max + 1, (k,), generator=self.gen,
+                device=self.device))
         if cfg.push_velocity > 0:
-            self._push_timer[ids] = self._interval(len(ids))
+            self._push_timer = self._redraw(self._push_timer, mask, self._interval)
 
     def _interval(self, k: int) -> torch.Tensor:
         lo, hi = self.cfg.push_interval
-        return torch.randint(lo, hi + 1, (k,), generator=self.gen)
+        return torch.randint(lo, hi + 1, (k,), generator=self.gen, device=self.device)
 
     def action(self, action: torch.Tensor) -> torch.Tensor:
         """The action [N, nu] float64 that reaches the actuators: delayed, then noised."""
@@ -303,34 +325,37 @@ class DomainRandomizer:
             self._hist[:, 0] = action
             action = self._hist[self._ids, self.delay]
         if self.cfg.action_noise > 0:
-            noise = torch.randn(action.shape, generator=self.gen, dtype=torch.float64)
+            noise = torch.randn(action.shape, generator=self.gen, dtype=torch.float64,
+                                device=self.device)
             action = action + self.cfg.action_noise * noise
         return action
 
-    def before_physics(self) -> None:
-        """Kick the root of worlds whose push timer ran out."""
+    def push(self) -> torch.Tensor | None:
+        """Velocity kicks [N, len(root dofs)] for worlds whose push timer ran out (zero rows
+        elsewhere); None when pushes are off."""
         if self.cfg.push_velocity <= 0 or not len(self._root_dofs):
-            return
+            return None
         self._push_timer -= 1
-        due = (self._push_timer <= 0).nonzero().flatten()
-        if len(due):
-            v = self.cfg.push_velocity
-            kick = (torch.rand(len(due), len(self._root_dofs), generator=self.gen,
-                               dtype=torch.float64) * 2 - 1) * v
-            self._qvel[due[:, None], self._root_dofs] += kick
-            self._push_timer[due] = self._interval(len(due))
+        due = self._push_timer <= 0
+        v, nroot = self.cfg.push_velocity, len(self._root_dofs)
+        kick = torch.zeros(self.n, nroot, dtype=torch.float64, device=self.device)
+        kick = self._redraw(kick, due, lambda k: (torch.rand(
+            k, nroot, generator=self.gen, dtype=torch.float64, device=self.device) * 2 - 1) * v)
+        self._push_timer = self._redraw(self._push_timer, due, self._interval)
+        return kick
 
     def after_step(self, steps: torch.Tensor) -> None:
         """Periodic resampling: worlds whose episode step count ``steps`` [N] hit a multiple."""
         k = self.cfg.resample_interval
         if k > 0 and self._values:
-            self.resample(((steps % k == 0) & (steps > 0)).nonzero().flatten())
+            self.resample((steps % k == 0) & (steps > 0))
 
     def observe(self, obs: torch.Tensor) -> torch.Tensor:
         """``obs`` [K, obs_dim] float64 with Gaussian noise added."""
         if self._obs_std is None:
             return obs
-        noise = torch.randn(obs.shape, generator=self.gen, dtype=torch.float64)
+        noise = torch.randn(obs.shape, generator=self.gen, dtype=torch.float64,
+                            device=self.device)
         return obs + noise * self._obs_std
 
     # ------------------------------------------------------------------ reading, checkpoints
@@ -356,12 +381,115 @@ class DomainRandomizer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.set_config(resolve(state["config"]))
         self.gen.set_state(state["generator"])
+        dev = self.device
         for name, value in state["values"].items():
-            self._field(name)
-            self._write(name, self._ids, value)
+            self._field(name).copy_(value.to(dev))
         if self._values:
-            self.batch.set_const()
-        self.delay.copy_(state["delay"])
+            self._apply(torch.ones(self.n, dtype=torch.bool, device=dev))
+        self.delay.copy_(state["delay"].to(dev))
         if self._hist is not None:
-            self._hist.copy_(state["history"])
-        self._push_timer.copy_(state["push_timer"])
+            self._hist.copy_(state["history"].to(dev))
+        self._push_timer.copy_(state["push_timer"].to(dev))
+
+
+SEED_OFFSET = 0x5DEECE66D
+"""The randomization generator's seed is the env seed plus this (another stream), so turning
+randomization on leaves the reset distribution's draws unchanged."""
+
+
+class RandomizedEnv:
+    """The randomization API of an env holding a ``DomainRandomizer`` in ``_dr`` (None: nominal
+    physics, no extra work); the env says how to make one (``_make_randomizer``)."""
+
+    _dr: DomainRandomizer | None
+    num_envs: int
+
+    def _make_randomizer(self, cfg: RandomizationConfig) -> DomainRandomizer:
+        raise NotImplementedError
+
+    def set_randomization(
+        self, cfg: str | dict[str, Any] | RandomizationConfig | None, resample: bool = False
+    ) -> None:
+        """Use new randomization ranges (a curriculum step); they apply from each world's next
+        reset, or to every world at once with ``resample=True``."""
+        cfg = resolve(cfg)
+        if self._dr is None:
+            if not cfg.enabled():
+                return
+            self._dr = self._make_randomizer(cfg)
+        else:
+            self._dr.set_config(cfg)
+        if resample:
+            self._dr.on_reset(self._all_worlds())
+
+    def _all_worlds(self) -> torch.Tensor:
+        dev = self._dr.device if self._dr is not None else "cpu"
+        return torch.ones(self.num_envs, dtype=torch.bool, device=dev)
+
+    @property
+    def randomization(self) -> RandomizationConfig:
+        """The current randomization ranges (all nominal when none)."""
+        return RandomizationConfig() if self._dr is None else self._dr.cfg
+
+    def physics_params(self) -> dict[str, torch.Tensor]:
+        """Sampled physics of every world: ``{name: [N, ...]}`` (empty without randomization);
+        see ``DomainRandomizer.physics_params``."""
+        return {} if self._dr is None else self._dr.physics_params()
+
+    def _load_randomization(self, state: dict[str, Any] | None) -> None:
+        """Restore the randomizer from a checkpoint's entry (None: saved without one)."""
+        if state is not None:
+            if self._dr is None:
+                self.set_randomization(state["config"])
+            assert self._dr is not None
+            self._dr.load_state_dict(state)
+        elif self._dr is not None:  # saved without randomization: back to the nominal model
+            self._dr.set_config(RandomizationConfig())
+            self._dr.resample(self._all_worlds())
+
+
+class BatchRandomizer(DomainRandomizer):
+    """Randomization of the native backend: values written into the per-world model fields of a
+    ``mujoco.batch.Batch`` (``expand``), then ``Batch.set_const`` for those worlds."""
+
+    def __init__(self, cfg: RandomizationConfig, batch: Any, model: mujoco.MjModel,
+                 obs_dim: int, seed: int) -> None:
+        self.batch = batch
+        self._expanded: dict[str, torch.Tensor] = {}
+        self._inertia0 = torch.as_tensor(model.body_inertia.copy())
+        self._qvel = torch.from_numpy(batch.bind("qvel"))
+        super().__init__(cfg, model, obs_dim, batch.nsim, seed)
+
+    def _batch_field(self, field: str) -> torch.Tensor:
+        if field not in self._expanded:
+            self._expanded[field] = torch.from_numpy(self.batch.expand(field))
+        return self._expanded[field]
+
+    def _apply(self, mask: torch.Tensor) -> None:
+        ids = mask.nonzero().flatten()
+        if not len(ids):
+            return
+        f = self._batch_field
+        for name, values in self._values.items():
+            value = values[ids]
+            if name == "body_mass":
+                f("body_mass")[ids] = value
+                ratio = value / self._nominal[name].clamp_min(1e-12)
+                f("body_inertia")[ids] = self._inertia0 * ratio[..., None]  # uniform density
+            elif name == "friction":
+                f("geom_friction")[ids, :, 0] = value
+            elif name == "actuator_gain":
+                gear, gain = f("actuator_gear")[:, :, 0], f("actuator_gainprm")[:, :, 0]
+                bias = f("actuator_biasprm")[:, :, 1]
+                gear[ids] = torch.where(self._servo, gear[ids], value)
+                gain[ids] = torch.where(self._servo, value, gain[ids])
+                bias[ids] = torch.where(self._servo, -value, bias[ids])
+            else:
+                f(_MODEL_PARAMS[name][0])[ids] = value
+        self.batch.set_const(ids.numpy().astype(np.int32))
+
+    def before_physics(self) -> None:
+        """Kick the root of worlds whose push timer ran out."""
+        kick = self.push()
+        if kick is not None:
+            self._qvel[:, self._root_dofs] += kick
