@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -46,20 +47,24 @@ LS_ITERATIONS = 0
 """mjx line-search iterations (0: the backend's default); set from --ls-iterations."""
 
 
-def env_options(backend: str, iterations: int) -> dict[str, Any]:
-    """mjx solver settings: ``iterations`` solver iterations (0: the backend's default)."""
+def env_options(backend: str, iterations: int, randomization: str = "none") -> dict[str, Any]:
+    """mjx solver settings: ``iterations`` solver iterations (0: the backend's default), and a
+    randomization preset (``none``: nominal physics)."""
     out: dict[str, Any] = {"iterations": iterations} if backend == "mjx" and iterations else {}
     if backend == "mjx" and LS_ITERATIONS:
         out["ls_iterations"] = LS_ITERATIONS
+    if randomization != "none":
+        out["randomization"] = randomization
     return out
 
 
 def bench_env(backend: str, task: str, n: int, device: torch.device, steps: int, warmup: int,
-              repeats: int, iterations: int) -> dict[str, Any]:
+              repeats: int, iterations: int, randomization: str = "none") -> dict[str, Any]:
     import robotrl.envs as renvs
 
     t0 = time.perf_counter()
-    env = renvs.make(task, n, backend=backend, device=device, **env_options(backend, iterations))
+    env = renvs.make(task, n, backend=backend, device=device,
+                     **env_options(backend, iterations, randomization))
     gen = torch.Generator(device=device).manual_seed(0)
     low, high = env.spec.action_low.to(device), env.spec.action_high.to(device)
     pool = low + (high - low) * torch.rand(POOL, n, env.spec.action_dim, device=device,
@@ -76,8 +81,9 @@ def bench_env(backend: str, task: str, n: int, device: torch.device, steps: int,
         sync(device)
         rates.append(steps * n / (time.perf_counter() - t0))
     env.close()
-    return {"backend": backend, "task": task, "worlds": n, "rates": rates,
-            "best": max(rates), "median": statistics.median(rates), "build_s": build_s}
+    return {"backend": backend, "task": task, "worlds": n, "randomization": randomization,
+            "rates": rates, "best": max(rates), "median": statistics.median(rates),
+            "build_s": build_s}
 
 
 def count_d2h(fn: Any, device: torch.device) -> dict[str, Any]:
@@ -99,10 +105,11 @@ def count_d2h(fn: Any, device: torch.device) -> dict[str, Any]:
 
 
 def profile_env(backend: str, task: str, n: int, device: torch.device, steps: int,
-                iterations: int) -> dict[str, Any]:
+                iterations: int, randomization: str = "none") -> dict[str, Any]:
     import robotrl.envs as renvs
 
-    env = renvs.make(task, n, backend=backend, device=device, **env_options(backend, iterations))
+    env = renvs.make(task, n, backend=backend, device=device,
+                     **env_options(backend, iterations, randomization))
     action = torch.zeros(n, env.spec.action_dim, device=device)
     for _ in range(3):
         env.step(action)
@@ -114,13 +121,16 @@ def profile_env(backend: str, task: str, n: int, device: torch.device, steps: in
 
     found = count_d2h(loop, device)
     env.close()
-    return {"backend": backend, "task": task, "worlds": n, "steps": steps, "d2h_events": found}
+    return {"backend": backend, "task": task, "worlds": n, "steps": steps,
+            "randomization": randomization, "d2h_events": found}
 
 
 def bench_ppo(backend: str, task: str, n: int, device: torch.device, iters: int, num_steps: int,
-              minibatches: int, iterations: int, profile: bool) -> dict[str, Any]:
+              minibatches: int, iterations: int, profile: bool,
+              randomization: str = "none") -> dict[str, Any]:
     from robotrl.cli.build import build_runner
     from robotrl.config import TrainConfig, from_dict
+    from robotrl.envs.randomization import resolve
     from robotrl.seeding import seed_everything
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -131,6 +141,7 @@ def bench_ppo(backend: str, task: str, n: int, device: torch.device, iters: int,
             "backend": {"name": backend},
             "logger": {"tensorboard": False, "progress": False, "log_interval": 1},
             "num_envs": n, "total_steps": iters * num_steps * n, "run_dir": tmp,
+            "randomization": dataclasses.asdict(resolve(randomization)),
             "checkpoint_interval": 10**6, "eval_episodes": 1, "device": str(device),
         })
         seed_everything(0)
@@ -143,6 +154,7 @@ def bench_ppo(backend: str, task: str, n: int, device: torch.device, iters: int,
         sps = [h["perf/sps"] for h in hist[1:]] or [hist[0]["perf/sps"]]
         out: dict[str, Any] = {
             "backend": backend, "task": task, "worlds": n, "iterations": len(hist),
+            "randomization": randomization,
             "sps": sps, "median_sps": statistics.median(sps),
             "collect_s": statistics.median(h["perf/collect_s"] for h in hist[1:] or hist),
             "update_s": statistics.median(h["perf/update_s"] for h in hist[1:] or hist),
@@ -166,6 +178,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="mjx solver iterations (0: the backend's default, 1 on GPU)")
     p.add_argument("--ls-iterations", type=int, default=0,
                    help="mjx line-search iterations (0: the backend's default, 8 on GPU)")
+    p.add_argument("--randomization", nargs="+", default=["none"],
+                   help="presets of configs/randomization/ to time on mjx (brax has none)")
+    p.add_argument("--env", action=argparse.BooleanOptionalAction, default=True,
+                   help="time env.step alone (--no-env: PPO only)")
     p.add_argument("--ppo", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--ppo-task", default="ant")
     p.add_argument("--ppo-envs", type=int, default=8192)
@@ -214,38 +230,43 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(results, f, indent=2)
 
     for backend in args.backends:
-        for task in args.tasks:
+        presets = args.randomization if backend == "mjx" else ["none"]
+        for task, preset in [(t, r) for t in args.tasks for r in presets if args.env]:
+            label = f"{task}" + ("" if preset == "none" else f" [{preset}]")
             for n in args.worlds:
                 try:
                     r = bench_env(backend, task, n, device, args.steps, args.warmup,
-                                  args.repeats, args.iterations)
+                                  args.repeats, args.iterations, preset)
                 except Exception as err:  # e.g. out of memory at 64k worlds: report, go on
-                    r = {"backend": backend, "task": task, "worlds": n,
+                    r = {"backend": backend, "task": task, "worlds": n, "randomization": preset,
                          "error": f"{type(err).__name__}: {str(err)[:300]}"}
                 results["env"].append(r)
                 msg = r.get("error") or (f"{r['best'] / 1e6:.3f}M env-steps/s best, "
                                          f"{r['median'] / 1e6:.3f}M median "
                                          f"(build+compile {r['build_s']:.0f} s)")
-                print(f"env  {backend:5s} {task:12s} {n:6d} worlds: {msg}", flush=True)
+                print(f"env  {backend:5s} {label:25s} {n:6d} worlds: {msg}", flush=True)
                 dump()
             if args.profile:
                 p = profile_env(backend, task, args.worlds[0] if args.quick else 8192, device,
-                                args.profile_steps, args.iterations)
+                                args.profile_steps, args.iterations, preset)
                 results["profile"].append(p)
-                print(f"prof {backend:5s} {task:12s}: device-to-host events in "
+                print(f"prof {backend:5s} {label:25s}: device-to-host events in "
                       f"{p['steps']} env steps: {p['d2h_events'] or 'none'}", flush=True)
                 dump()
-        if args.ppo:
+        for preset in presets if args.ppo else []:
             try:
                 r = bench_ppo(backend, args.ppo_task, args.ppo_envs, device, args.ppo_iters,
-                              args.ppo_steps, args.ppo_minibatches, args.iterations, args.profile)
+                              args.ppo_steps, args.ppo_minibatches, args.iterations, args.profile,
+                              preset)
             except Exception as err:
-                r = {"backend": backend, "error": f"{type(err).__name__}: {str(err)[:300]}"}
+                r = {"backend": backend, "randomization": preset,
+                     "error": f"{type(err).__name__}: {str(err)[:300]}"}
             results["ppo"].append(r)
             msg = r.get("error") or (
                 f"{r['median_sps'] / 1e3:.0f}k env-steps/s median (collect {r['collect_s']:.2f} s"
                 f", update {r['update_s']:.2f} s per iteration), {r['iterations']} iterations")
-            print(f"ppo  {backend:5s} {args.ppo_task} x {args.ppo_envs}: {msg}", flush=True)
+            label = "" if preset == "none" else f" [{preset}]"
+            print(f"ppo  {backend:5s} {args.ppo_task}{label} x {args.ppo_envs}: {msg}", flush=True)
             if "collect_d2h_events" in r:
                 print(f"prof ppo collect ({args.ppo_steps} steps): "
                       f"{r['collect_d2h_events'] or 'none'}", flush=True)

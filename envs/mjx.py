@@ -18,9 +18,9 @@ Differences from the native backend (see tests/test_jax_backends.py for the tole
   than the native backend's. MJX has no PGS solver: Humanoid's MJCF asks for PGS, which becomes
   Newton here (different contact forces; Humanoid is not parity-tested on mjx).
 * Measured on CPU against the native backend from the same state: HalfCheetah and Hopper agree
-  to 1e-2 over 15 steps, Humanoid (Newton for PGS) to 2e-4 over 8; Ant does not: it departs by
-  ~0.2-0.6 in qvel at its first ground contact (not float32 rounding, which moves the native Ant
-  by 1e-6 over those steps; not the geoms' margin; cause not found yet).
+  to 1e-2 over 15 steps, Humanoid (Newton for PGS) to 2e-4 over 8, Ant to ~1e-3 over 10 once
+  MJX's plane-capsule contact frame is C's (``envs/mjx_fixes.py``, applied at import; without
+  it Ant departed by 0.1-1 in qvel at its first ground contact).
 * Reacher's goal rejection sampling reads a count on the host at each reset sample (one
   synchronization per step on a GPU); the other tasks' reset samples stay on the device.
 * Unstable worlds (non-finite or > 1e10 state; MuJoCo's BADQPOS/BADQVEL tests) end with
@@ -57,10 +57,21 @@ from robotrl.envs.base import (  # noqa: E402
     check_action,
     check_action_shape,
 )
+from robotrl.envs.randomization import (  # noqa: E402
+    SEED_OFFSET,
+    DomainRandomizer,
+    RandomizationConfig,
+    RandomizedEnv,
+    resolve,
+)
 from robotrl.envs.tasks.base import MujocoTask  # noqa: E402
 
 with contextlib.redirect_stdout(io.StringIO()):  # mjx prints a line when `warp` is absent
     from mujoco import mjx
+
+from robotrl.envs.mjx_fixes import use_c_plane_capsule_frame  # noqa: E402
+
+use_c_plane_capsule_frame()
 
 GPU_LS_ITERATIONS = 8
 """Line-search iterations of the MJX solver on a GPU unless set (Playground uses 4-8)."""
@@ -117,6 +128,14 @@ def to_jax(t: torch.Tensor) -> jax.Array:
     return jax.dlpack.from_dlpack(t.detach().contiguous())
 
 
+def with_fields(m: Any, fields: dict[str, jax.Array]) -> Any:
+    """``m`` (an ``mjx.Model``) with ``fields`` replaced; ``opt.<name>`` keys go into ``m.opt``."""
+    top = {k: v for k, v in fields.items() if not k.startswith("opt.")}
+    opt = {k[4:]: v for k, v in fields.items() if k.startswith("opt.")}
+    m = m.replace(**top)
+    return m.replace(opt=m.opt.replace(**opt)) if opt else m
+
+
 # ---------------------------------------------------------------------- Sim over mjx.Data
 class MjxSim:
     """``Sim`` over a batched ``mjx.Data``: attribute access gives float64 tensors [N, ...].
@@ -159,7 +178,7 @@ def _on_device(task: MujocoTask, device: torch.device) -> MujocoTask:
     return task
 
 
-class MjxEnv(BatchedEnv):
+class MjxEnv(RandomizedEnv, BatchedEnv):
     """``num_envs`` worlds of one task stepped by MJX on ``device`` (``cpu`` or ``cuda[:i]``).
 
     ``iterations``/``ls_iterations`` set the constraint solver's (line-search) iterations; None
@@ -168,6 +187,10 @@ class MjxEnv(BatchedEnv):
     XLA copies to the host every iteration (measured on an H100: ~160 device-to-host copies per
     Ant step, 10x slower), while one Newton iteration from the warm start is how Brax and MuJoCo
     Playground run MJX locomotion.
+
+    ``randomization`` (a preset name, a mapping or a ``RandomizationConfig``) randomizes each
+    world's physics per episode on the device (``envs/mjx_randomization.py``), with the same
+    configs and draws as the native backend's.
     """
 
     def __init__(
@@ -178,6 +201,7 @@ class MjxEnv(BatchedEnv):
         seed: int = 0,
         iterations: int | None = None,
         ls_iterations: int | None = None,
+        randomization: str | dict[str, Any] | RandomizationConfig | None = None,
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -215,6 +239,11 @@ class MjxEnv(BatchedEnv):
         self._gen = torch.Generator(device=self.device).manual_seed(seed)
         self._steps = torch.zeros(num_envs, dtype=torch.long, device=self.device)
         self._num_unstable = torch.zeros((), dtype=torch.long, device=self.device)
+        self._seed = seed
+        self._dr: DomainRandomizer | None = None
+        dr_cfg = resolve(randomization)
+        if dr_cfg.enabled():
+            self.set_randomization(dr_cfg)
         self.reset()
 
     # ------------------------------------------------------------------ jitted physics
@@ -229,16 +258,21 @@ class MjxEnv(BatchedEnv):
                        for k in _RESTART_FIELDS}
         frame_skip, post = self.task.frame_skip, self.task.needs_cfrc_ext
 
-        def physics(d: Any, ctrl: jax.Array) -> Any:
+        def physics(d: Any, ctrl: jax.Array, model: dict[str, jax.Array],
+                    kick: jax.Array | None) -> Any:
+            mw = with_fields(m, model)  # this world's randomized model (none: m itself)
             d = d.replace(ctrl=ctrl)
-            d = jax.lax.fori_loop(0, frame_skip, lambda _, d: mjx.step(m, d), d)
+            if kick is not None:  # a randomization push
+                d = d.replace(qvel=d.qvel + kick)
+            d = jax.lax.fori_loop(0, frame_skip, lambda _, d: mjx.step(mw, d), d)
             # Gymnasium's cfrc_ext: mj_rnePostConstraint after mj_step
-            return mjx.rne_postconstraint(m, d) if post else d
+            return mjx.rne_postconstraint(mw, d) if post else d
 
-        def restart(d: Any, mask: jax.Array, fields: dict[str, jax.Array]) -> Any:
+        def restart(d: Any, mask: jax.Array, fields: dict[str, jax.Array],
+                    model: dict[str, jax.Array]) -> Any:
             # as mj_resetData + setting the state + mj_forward (Gymnasium's reset/set_state);
             # cfrc_ext stays zero as after Gymnasium's reset
-            fresh = mjx.forward(m, template.replace(**fields))
+            fresh = mjx.forward(with_fields(m, model), template.replace(**fields))
             return jax.tree.map(lambda a, b: jnp.where(mask, a, b), fresh, d)
 
         self._physics = jax.jit(jax.vmap(physics))
@@ -268,8 +302,17 @@ class MjxEnv(BatchedEnv):
         ones as after ``mj_resetData``: zero), then ``mjx.forward``."""
         jfields = {k: to_jax(fields[k].to(torch.float32) if k in fields else self._zeros[k])
                    for k in _RESTART_FIELDS}
-        self._data = self._restart(self._data, to_jax(mask), jfields)
+        self._data = self._restart(self._data, to_jax(mask), jfields, self._model_fields())
         self.sim.bind(self._data)
+
+    def _model_fields(self) -> dict[str, jax.Array]:
+        return {} if self._dr is None else self._dr.model_fields()
+
+    def _make_randomizer(self, cfg: RandomizationConfig) -> DomainRandomizer:
+        from robotrl.envs.mjx_randomization import MjxRandomizer
+
+        return MjxRandomizer(cfg, self.model, self.mjx_model, self.task.obs_dim, self.num_envs,
+                             self._seed + SEED_OFFSET, self.device)
 
     def _reset_fields(self) -> dict[str, torch.Tensor]:
         qpos, qvel = self.task.reset_state(self.num_envs, self._gen)
@@ -280,24 +323,35 @@ class MjxEnv(BatchedEnv):
 
     # ------------------------------------------------------------------ protocol
     def reset(self, seed: int | None = None) -> torch.Tensor:
+        dr = self._dr
         if seed is not None:
             self._gen.manual_seed(seed)
+            if dr is not None:
+                dr.gen.manual_seed(seed + SEED_OFFSET)
         with self._device_scope():
             mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+            if dr is not None:
+                dr.on_reset(mask)
             self._restart_worlds(mask, self._reset_fields())
             self._steps.zero_()
-            return self._out(self.task.observe(self.sim))
+            obs = self.task.observe(self.sim)
+            return self._out(obs if dr is None else dr.observe(obs))
 
     def step(self, action: torch.Tensor) -> StepOut:
         if self._gpu:
             check_action_shape(action, self.spec, self.num_envs)
         else:
             check_action(action, self.spec, self.num_envs)
-        task, sim, dev = self.task, self.sim, self.device
+        task, sim, dev, dr = self.task, self.sim, self.device, self._dr
         with self._device_scope():
-            ctrl = action.detach().to(dev, torch.float32)
+            ctrl = action.detach().to(dev, torch.float64)
+            kick = None
+            if dr is not None:
+                ctrl = dr.action(ctrl)
+                kick = dr.qvel_kick(self.model.nv)
+            ctrl = ctrl.to(torch.float32)
             before = task.before_step(sim)
-            self._data = self._physics(self._data, to_jax(ctrl))
+            self._data = self._physics(self._data, to_jax(ctrl), self._model_fields(), kick)
             sim.bind(self._data)
             obs = task.observe(sim)
             terms = task.rewards(sim, before, ctrl.to(torch.float64))
@@ -316,14 +370,22 @@ class MjxEnv(BatchedEnv):
             reward = reward.masked_fill(unstable, 0.0)
             obs = torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
             done = terminated | truncated
+            if dr is not None:
+                obs = dr.observe(obs)
+                dr.after_step(self._steps.masked_fill(done, 0))
             final_obs = self._out(obs)
             next_obs = final_obs
             # on CPU, skipping the reset when no world finished is free; on a GPU, asking
             # would synchronize, so the reset runs every step and `where` picks the rows
             if self._gpu or bool(done.any()):
+                if dr is not None:
+                    dr.on_reset(done)
                 self._restart_worlds(done, self._reset_fields())
                 self._steps.masked_fill_(done, 0)
-                next_obs = torch.where(done[:, None], self._out(task.observe(sim)), final_obs)
+                reset_obs = task.observe(sim)
+                if dr is not None:
+                    reset_obs = dr.observe(reset_obs)
+                next_obs = torch.where(done[:, None], self._out(reset_obs), final_obs)
         info: dict[str, Any] = {
             "final_obs": final_obs,
             "reward_terms": {k: self._out(v) for k, v in terms.items()},
@@ -381,13 +443,15 @@ class MjxEnv(BatchedEnv):
         out: dict[str, Any] = {k: getattr(self.sim, k).cpu().clone() for k in self._CKPT_FIELDS}
         out["cfrc_ext"] = self.sim.cfrc_ext.cpu().clone() if self.task.needs_cfrc_ext else None
         out.update(steps=self._steps.cpu().clone(), generator=self._gen.get_state(),
-                   num_unstable=self.num_unstable)
+                   num_unstable=self.num_unstable,
+                   randomization=None if self._dr is None else self._dr.state_dict())
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if tuple(state["qpos"].shape) != tuple(self.sim.qpos.shape):
             raise ValueError(f"checkpointed qpos has shape {tuple(state['qpos'].shape)}, this env "
                              f"needs {tuple(self.sim.qpos.shape)}: different task or num_envs?")
+        self._load_randomization(state.get("randomization"))  # first: restarts use the model
         mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
         self._restart_worlds(mask, {k: state[k].to(self.device) for k in self._CKPT_FIELDS})
         if state.get("cfrc_ext") is not None:

@@ -57,9 +57,9 @@ def make(
     """Make ``num_envs`` worlds of ``task`` on ``backend``.
 
     ``overrides`` are fields of the task's config (e.g. ``ctrl_cost_weight=0.2``); the
-    ``mujoco`` backend also takes ``num_threads`` (0: all cores) and ``randomization`` (a preset
-    name of ``configs/randomization/``, a mapping or a ``RandomizationConfig``; default
-    nominal physics). The ``gymnasium`` backend takes
+    ``mujoco`` and ``mjx`` backends also take ``randomization`` (a preset name of
+    ``configs/randomization/``, a mapping or a ``RandomizationConfig``; default nominal
+    physics), ``mujoco`` also ``num_threads`` (0: all cores). The ``gymnasium`` backend takes
     a built-in task name or any Gymnasium id, and ``vectorization`` ("sync" or "async").
     ``mjx`` runs the built-in tasks on MuJoCo XLA (``device`` cpu or cuda; also takes
     ``iterations``/``ls_iterations``); ``brax`` runs Brax's own envs (``envs/brax.py``).
@@ -76,24 +76,25 @@ def make(
         from robotrl.envs.randomization import resolve
 
         if resolve(overrides.pop("randomization", None)).enabled():
-            raise ValueError("randomization needs the native 'mujoco' backend (per-world model "
+            raise ValueError("randomization needs the 'mujoco' or 'mjx' backend (per-world model "
                              "fields); the gymnasium backend takes randomization=none")
 
         env_id = task_class(task).gym_id if task in _TASKS else task
         return GymnasiumEnv(env_id, num_envs, device=device, seed=seed, **overrides)
-    if backend in ("mjx", "brax"):
-        from robotrl.envs.randomization import resolve
-
-        if resolve(overrides.pop("randomization", None)).enabled():
-            raise ValueError(f"randomization is not implemented on the {backend!r} backend yet; "
-                             "use the native 'mujoco' backend or randomization=none")
     if backend == "mjx":
         from robotrl.envs.mjx import MjxEnv
 
         solver = {k: int(overrides.pop(k)) for k in ("iterations", "ls_iterations") if k in overrides}
-        return MjxEnv(make_task(task, **overrides), num_envs, device, seed, **solver)
+        randomization = overrides.pop("randomization", None)
+        return MjxEnv(make_task(task, **overrides), num_envs, device, seed, **solver,
+                      randomization=randomization)
     if backend == "brax":
         from robotrl.envs.brax import BraxEnv
+        from robotrl.envs.randomization import resolve
+
+        if resolve(overrides.pop("randomization", None)).enabled():
+            raise ValueError("randomization is not implemented on the 'brax' backend (Brax's own "
+                             "tasks); use backend 'mjx' or 'mujoco', or randomization=none")
 
         return BraxEnv(task, num_envs, device=device, seed=seed, **overrides)
     raise ValueError(f"unknown backend {backend!r}; available backends: {', '.join(BACKENDS)}")

@@ -95,6 +95,26 @@ def test_resampled_at_reset_of_that_world_only() -> None:
     assert torch.equal(after[1:], before[1:])
 
 
+def test_dense_draws_select_the_masked_worlds() -> None:
+    # the GPU path (draw every row, keep the masked ones with `where`), run on the CPU
+    env = _make(6, FULL)
+    dr = env._dr
+    assert dr is not None and not dr.dense
+    dr.dense = True
+    before = env.physics_params()
+    mask = torch.tensor([True, False, True, False, False, True])
+    dr.on_reset(mask)
+    after = env.physics_params()
+    for name in ("body_mass", "friction", "actuator_gain"):
+        assert not torch.equal(after[name][mask], before[name][mask]), name
+        assert torch.equal(after[name][~mask], before[name][~mask]), name
+    assert set(after["action_delay"].tolist()) <= {0, 1}
+    # the batch's physics follows: world 0's model has world 0's new masses
+    np.testing.assert_array_equal(env.batch.get_model(0).body_mass, after["body_mass"][0].numpy())
+    for _ in range(3):
+        assert bool(torch.isfinite(env.step(torch.zeros(6, 3)).obs).all())
+
+
 def test_periodic_resampling_and_curriculum() -> None:
     env = _make(4, {**MASS, "resample_interval": 3}, task="halfcheetah")
     first = env.physics_params()["body_mass"]
@@ -245,7 +265,7 @@ def test_state_dict_round_trip_continues_exactly() -> None:
 
 
 def test_gymnasium_backend_refuses_randomization() -> None:
-    with pytest.raises(ValueError, match="randomization needs the native 'mujoco' backend"):
+    with pytest.raises(ValueError, match="randomization needs the 'mujoco' or 'mjx' backend"):
         E.make("hopper", 1, backend="gymnasium", randomization="locomotion")
 
 

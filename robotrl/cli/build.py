@@ -27,9 +27,9 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
     kwargs = dict(cfg.env.options)
     if cfg.backend.name == "mujoco":
         kwargs["num_threads"] = cfg.backend.num_threads
-        dr = cfg.randomization if train else randomization
-        if dr is not None:
-            kwargs["randomization"] = dr
+    dr = cfg.randomization if train else randomization
+    if dr is not None:  # backends without randomization refuse an enabled one, naming it
+        kwargs["randomization"] = dr
     # the JAX backends simulate on the learner's device (zero-copy); the others on the CPU
     device = cfg.device if cfg.backend.name in ("mjx", "brax") else "cpu"
     env = make(cfg.env.task, num_envs, backend=cfg.backend.name, device=device, seed=seed, **kwargs)

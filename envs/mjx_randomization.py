@@ -1,0 +1,128 @@
+"""Domain randomization on the MJX backend: a per-world model, vmapped, resampled on the device.
+
+The sampled values live in torch on the env's device (``DomainRandomizer``: per-world draws
+selected by masks, no host synchronization); ``MjxRandomizer.model_fields`` turns them into
+per-world ``mjx.Model`` fields (``[N, ...]`` float32 JAX arrays, zero-copy through DLPack) that
+the jitted step puts into the model of each world inside ``vmap`` (``with_fields``).
+
+MuJoCo derives constants from the randomized ones (``mj_setConst``); MJX has no ``set_const``,
+so the ones its step reads are recomputed here on the device, per world: ``body_invweight0`` and
+``dof_invweight0`` (the constraint solver's regularization of contacts, limits and friction loss),
+from the mass matrix at ``qpos0`` as MuJoCo does: for body b with COM Jacobian J (6 x nv),
+``A = J M^-1 J^T`` gives the translational and rotational weights trace(A[:3,:3])/3 and
+trace(A[3:,3:])/3; a hinge or slide dof gets ``M^-1[i,i]``, a ball or free joint the mean of its
+dofs' diagonal (translational and rotational parts apart). Matches ``mj_setConst`` to float32
+precision (tests/test_jax_backends.py). Constants MJX does not read (``body_subtreemass``,
+``dof_M0``, ``stat.meanmass``, ``actuator_acc0``) are not recomputed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mujoco
+import numpy as np
+import torch
+
+from robotrl.envs.mjx import jax, jnp, mjx, to_jax, with_fields
+from robotrl.envs.randomization import DomainRandomizer, RandomizationConfig
+
+# randomized parameters whose change moves the mass matrix or the COM Jacobians
+_INERTIAL = ("body_mass", "armature", "com_offset")
+
+
+def _dof_average(model: mujoco.MjModel) -> np.ndarray:
+    """[nv, nv] matrix averaging the dofs of a free joint's translation, its rotation, and a ball
+    joint's rotation (identity on hinge and slide dofs), as MuJoCo averages ``dof_invweight0``."""
+    avg = np.eye(model.nv)
+    free, ball = int(mujoco.mjtJoint.mjJNT_FREE), int(mujoco.mjtJoint.mjJNT_BALL)
+    for j in range(model.njnt):
+        adr, kind = int(model.jnt_dofadr[j]), int(model.jnt_type[j])
+        for a, b in {free: ((0, 3), (3, 6)), ball: ((0, 3),)}.get(kind, ()):
+            avg[adr + a:adr + b, adr + a:adr + b] = 1.0 / (b - a)
+    return avg
+
+
+def invweights(m: Any, template: Any, average: jax.Array) -> dict[str, jax.Array]:
+    """``body_invweight0`` [nbody, 2] and ``dof_invweight0`` [nv] of one world's model ``m``
+    (``template``: an ``mjx.Data`` of it; ``average``: ``_dof_average``), as ``mj_setConst``."""
+    d = template.replace(qpos=m.qpos0)
+    d = mjx.crb(m, mjx.com_pos(m, mjx.kinematics(m, d)))
+    minv = jnp.linalg.inv(mjx.full_m(m, d))
+
+    def body(i: jax.Array) -> jax.Array:
+        jacp, jacr = mjx.jac(m, d, d.xipos[i], i)  # [nv, 3] each
+        jac = jnp.concatenate([jacp, jacr], axis=1).T  # [6, nv]
+        a = jac @ minv @ jac.T
+        return jnp.stack([jnp.trace(a[:3, :3]), jnp.trace(a[3:, 3:])]) / 3
+
+    body_w = jax.vmap(body)(jnp.arange(m.nbody)).at[0].set(0.0)  # the world body weighs nothing
+    return {"body_invweight0": body_w, "dof_invweight0": average @ jnp.diagonal(minv)}
+
+
+class MjxRandomizer(DomainRandomizer):
+    """Randomization of ``MjxEnv``: see the module docstring. ``mjx_model`` is the env's
+    ``mjx.Model`` (the nominal one every world's fields replace)."""
+
+    def __init__(self, cfg: RandomizationConfig, model: mujoco.MjModel, mjx_model: Any,
+                 obs_dim: int, num_envs: int, seed: int, device: torch.device) -> None:
+        self._fields: dict[str, jax.Array] | None = None
+        dev = torch.device(device)
+        f64 = {"dtype": torch.float64, "device": dev}
+        self._inertia0 = torch.tensor(model.body_inertia, **f64)
+        self._friction0 = torch.tensor(model.geom_friction, **f64)
+        self._gear0 = torch.tensor(model.actuator_gear, **f64)
+        self._gain0 = torch.tensor(model.actuator_gainprm, **f64)
+        self._bias0 = torch.tensor(model.actuator_biasprm, **f64)
+        template = mjx.make_data(mjx_model)
+        average = jnp.asarray(_dof_average(model), dtype=jnp.float32)
+        self._derive = jax.jit(jax.vmap(
+            lambda fields: invweights(with_fields(mjx_model, fields), template, average)))
+        super().__init__(cfg, model, obs_dim, num_envs, seed, dev)
+
+    def _apply(self, mask: torch.Tensor) -> None:
+        self._fields = None  # rebuilt at the next read
+
+    def model_fields(self) -> dict[str, jax.Array]:
+        """Per-world ``mjx.Model`` fields ``{name: [N, ...] float32}`` of every randomized
+        parameter and the constants derived from them (``with_fields`` names)."""
+        if self._fields is None:
+            self._fields = self._build()
+        return self._fields
+
+    def _build(self) -> dict[str, jax.Array]:
+        n, out = self.n, {}
+        for name, value in self._values.items():
+            if name == "body_mass":
+                out["body_mass"] = value
+                ratio = value / self._nominal[name].clamp_min(1e-12)
+                out["body_inertia"] = self._inertia0 * ratio[..., None]  # uniform density
+            elif name == "friction":
+                friction = self._friction0.expand(n, -1, -1).clone()
+                friction[..., 0] = value
+                out["geom_friction"] = friction
+            elif name == "actuator_gain":
+                servo = self._servo
+                gear, gain = self._gear0.expand(n, -1, -1).clone(), self._gain0.expand(n, -1, -1).clone()
+                bias = self._bias0.expand(n, -1, -1).clone()
+                gear[..., 0] = torch.where(servo, gear[..., 0], value)
+                gain[..., 0] = torch.where(servo, value, gain[..., 0])
+                bias[..., 1] = torch.where(servo, -value, bias[..., 1])
+                out.update(actuator_gear=gear, actuator_gainprm=gain, actuator_biasprm=bias)
+            else:
+                field = {"joint_damping": "dof_damping", "armature": "dof_armature",
+                         "gravity": "opt.gravity", "com_offset": "body_ipos"}[name]
+                out[field] = value
+        fields = {k: to_jax(v.to(torch.float32)) for k, v in out.items()}
+        if any(name in self._values for name in _INERTIAL):
+            fields.update(self._derive(fields))
+        return fields
+
+    def qvel_kick(self, nv: int) -> jax.Array | None:
+        """This step's pushes as a ``qvel`` increment [N, nv] float32 (None: pushes off)."""
+        kick = self.push()
+        if kick is None:
+            return None
+        full = torch.zeros(self.n, nv, dtype=torch.float32, device=self.device)
+        full[:, self._root_dofs] = kick.to(torch.float32)
+        return to_jax(full)
