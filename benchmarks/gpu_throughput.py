@@ -179,7 +179,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ls-iterations", type=int, default=0,
                    help="mjx line-search iterations (0: the backend's default, 8 on GPU)")
     p.add_argument("--randomization", nargs="+", default=["none"],
-                   help="presets of configs/randomization/ to time on mjx (brax has none)")
+                   help="presets of configs/randomization/ to time (none: nominal physics)")
     p.add_argument("--env", action=argparse.BooleanOptionalAction, default=True,
                    help="time env.step alone (--no-env: PPO only)")
     p.add_argument("--ppo", action=argparse.BooleanOptionalAction, default=True)
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(results, f, indent=2)
 
     for backend in args.backends:
-        presets = args.randomization if backend == "mjx" else ["none"]
+        presets = args.randomization
         for task, preset in [(t, r) for t in args.tasks for r in presets if args.env]:
             label = f"{task}" + ("" if preset == "none" else f" [{preset}]")
             for n in args.worlds:

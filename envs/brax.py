@@ -18,6 +18,7 @@ float64 columns, exact for its float32/int32/bool leaves) plus the episode step 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -30,6 +31,14 @@ from robotrl.envs.mjx import (
     jnp,
     to_jax,
     to_torch,
+    with_fields,
+)
+from robotrl.envs.randomization import (
+    SEED_OFFSET,
+    DomainRandomizer,
+    RandomizationConfig,
+    RandomizedEnv,
+    resolve,
 )
 
 # robotrl task names that differ from Brax's; every other name goes to Brax as is
@@ -58,7 +67,7 @@ def _make_brax_env(name: str, pipeline: str, options: dict[str, Any]) -> Any:
         return envs.get_environment(brax_name, backend=pipeline, **options)
 
 
-class BraxEnv(BatchedEnv):
+class BraxEnv(RandomizedEnv, BatchedEnv):
     """``num_envs`` worlds of Brax env ``name`` on ``device``.
 
     ``pipeline``: Brax's physics backend (``mjx`` default; ``generalized``, ``positional``,
@@ -69,6 +78,10 @@ class BraxEnv(BatchedEnv):
     condition XLA copies to the host every iteration: Brax's HalfCheetah ran at 0.17M
     env-steps/s on an H100 that way, with ~13 device-to-host copies per step). ``options``: the
     Brax env's constructor arguments (e.g. ``ctrl_cost_weight``).
+
+    ``randomization`` (``mjx`` pipeline only) randomizes each world's Brax ``System`` per episode
+    on the device, as the ``mjx`` backend does (``envs/mjx_randomization.py``): the step then
+    runs as two jitted calls (physics, then the reset of finished worlds with their new draws).
     """
 
     def __init__(
@@ -81,6 +94,7 @@ class BraxEnv(BatchedEnv):
         max_episode_steps: int = 1000,
         fresh_reset: bool = True,
         iterations: int | None = None,
+        randomization: str | dict[str, Any] | RandomizationConfig | None = None,
         **options: Any,
     ) -> None:
         if num_envs < 1:
@@ -107,7 +121,16 @@ class BraxEnv(BatchedEnv):
         self._fresh = fresh_reset
         self._build(max_episode_steps)
         self._key = jax.device_put(jax.random.PRNGKey(seed), self._jdev)
-        first = self._reset_fn(self._next_keys())
+        self._seed = seed
+        self._dr: DomainRandomizer | None = None
+        dr_cfg = resolve(randomization)
+        if dr_cfg.enabled():
+            if pipeline != "mjx":
+                raise ValueError(f"randomization needs pipeline='mjx' (per-world MJX model "
+                                 f"fields), got pipeline={pipeline!r}")
+            self.set_randomization(dr_cfg)
+            self._dr.on_reset(self._all_worlds())  # type: ignore[union-attr]
+        first = self._reset_fn(self._next_keys(), self._model_fields())
         obs_dim = int(first.obs.shape[-1])
         terms = tuple(k[len(_REWARD_PREFIX):] for k in first.metrics if k.startswith(_REWARD_PREFIX))
         self._terms = terms
@@ -130,24 +153,58 @@ class BraxEnv(BatchedEnv):
                 return jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, y)
             return jax.tree.map(pick, a, b)
 
-        def step(state: Any, first: Any, steps: jax.Array, action: jax.Array,
-                 keys: jax.Array) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
-            nxt = jax.vmap(env.step)(state, action)
+        def env_for(fields: dict[str, jax.Array]) -> Any:
+            """The env with one world's randomized System (no fields: the env itself)."""
+            if not fields:
+                return env
+            world = copy.copy(env)
+            world.sys = with_fields(env.sys, fields)
+            return world
+
+        def one_step(state: Any, action: jax.Array, fields: dict[str, jax.Array],
+                     kick: jax.Array | None) -> Any:
+            if kick is not None:  # a randomization push
+                ps = state.pipeline_state
+                state = state.replace(pipeline_state=ps.replace(qvel=ps.qvel + kick))
+            return env_for(fields).step(state, action)
+
+        def reset(keys: jax.Array, fields: dict[str, jax.Array]) -> Any:
+            return jax.vmap(lambda key, f: env_for(f).reset(key))(keys, fields)
+
+        def step(state: Any, first: Any, steps: jax.Array, action: jax.Array, keys: jax.Array,
+                 fields: dict[str, jax.Array], kick: jax.Array | None, auto_reset: bool
+                 ) -> tuple[Any, jax.Array, dict[str, jax.Array]]:
+            nxt = jax.vmap(one_step)(state, action, fields, kick)
             steps = steps + 1
             # Brax's `done` is termination; a world that terminates at the limit is terminated
             terminated = nxt.done > 0.5
             truncated = (steps >= max_steps) & ~terminated
-            done = terminated | truncated
-            start = jax.vmap(env.reset)(keys) if fresh else first
             out = {"final_obs": nxt.obs, "reward": nxt.reward, "terminated": terminated,
-                   "truncated": truncated, "metrics": nxt.metrics}
-            nxt = where(done, start, nxt)
-            out["obs"] = nxt.obs
-            return nxt, jnp.where(done, 0, steps), out
+                   "truncated": truncated, "metrics": nxt.metrics, "obs": nxt.obs}
+            if auto_reset:
+                nxt, steps = restart(nxt, first, steps, terminated | truncated, keys, fields)
+                out["obs"] = nxt.obs
+            return nxt, steps, out
 
-        self._reset_fn = jax.jit(jax.vmap(env.reset))  # runs where the keys live
-        self._step_fn = jax.jit(step)
-        self._where = jax.jit(where)
+        def restart(state: Any, first: Any, steps: jax.Array, done: jax.Array, keys: jax.Array,
+                    fields: dict[str, jax.Array]) -> tuple[Any, jax.Array]:
+            start = reset(keys, fields) if fresh else first
+            return where(done, start, state), jnp.where(done, 0, steps)
+
+        self._reset_fn = jax.jit(reset)  # runs where the keys live
+        self._step_fn = jax.jit(step, static_argnames="auto_reset")
+        self._restart_fn = jax.jit(restart)
+
+    def _model_fields(self) -> dict[str, jax.Array]:
+        return {} if self._dr is None else self._dr.model_fields()
+
+    def _make_randomizer(self, cfg: RandomizationConfig) -> DomainRandomizer:
+        from robotrl.envs.mjx_randomization import MjxRandomizer
+
+        sys = self.brax_env.unwrapped.sys
+        obs_dim = int(self.brax_env.observation_size)
+        return MjxRandomizer(cfg, sys.mj_model, sys, obs_dim, self.num_envs,
+                             self._seed + SEED_OFFSET, self.device)
 
     def _next_keys(self) -> jax.Array:
         keys = jax.random.split(self._key, self.num_envs + 1)
@@ -166,28 +223,50 @@ class BraxEnv(BatchedEnv):
 
     # ------------------------------------------------------------------ protocol
     def reset(self, seed: int | None = None) -> torch.Tensor:
+        dr = self._dr
         if seed is not None:
             self._key = jax.device_put(jax.random.PRNGKey(seed), self._jdev)
-        self._state = self._first = self._reset_fn(self._next_keys())
+            if dr is not None:
+                dr.gen.manual_seed(seed + SEED_OFFSET)
+        if dr is not None:
+            dr.on_reset(self._all_worlds())
+        self._state = self._first = self._reset_fn(self._next_keys(), self._model_fields())
         self._steps = jnp.zeros_like(self._steps)
-        return to_torch(self._state.obs).to(torch.float32)
+        obs = to_torch(self._state.obs).to(torch.float32)
+        return obs if dr is None else dr.observe(obs.double()).float()
 
     def step(self, action: torch.Tensor) -> StepOut:
         if self._gpu:
             check_action_shape(action, self.spec, self.num_envs)
         else:
             check_action(action, self.spec, self.num_envs)
-        act = to_jax(action.detach().to(self.device, torch.float32))
+        dr = self._dr
+        act, kick = action.detach().to(self.device, torch.float64), None
+        if dr is not None:
+            act = dr.action(act)
+            kick = dr.qvel_kick(int(self.brax_env.unwrapped.sys.nv))
         keys = self._next_keys() if self._fresh else self._key
-        self._state, self._steps, out = self._step_fn(self._state, self._first, self._steps,
-                                                      act, keys)
+        self._state, self._steps, out = self._step_fn(
+            self._state, self._first, self._steps, to_jax(act.to(torch.float32)), keys,
+            self._model_fields(), kick, auto_reset=dr is None)
         terms = {k: to_torch(out["metrics"][_REWARD_PREFIX + k]).to(torch.float32)
                  for k in self._terms}
-        info = {"final_obs": to_torch(out["final_obs"]).to(torch.float32), "reward_terms": terms}
-        return StepOut(to_torch(out["obs"]).to(torch.float32),
-                       to_torch(out["reward"]).to(torch.float32),
-                       to_torch(out["terminated"]).to(torch.bool),
-                       to_torch(out["truncated"]).to(torch.bool), info)
+        terminated = to_torch(out["terminated"]).to(torch.bool)
+        truncated = to_torch(out["truncated"]).to(torch.bool)
+        final_obs = to_torch(out["final_obs"]).to(torch.float32)
+        obs = to_torch(out["obs"]).to(torch.float32)
+        if dr is not None:  # new draws for the finished worlds, then their reset with them
+            done = terminated | truncated
+            final_obs = dr.observe(final_obs.double()).float()
+            dr.after_step(to_torch(self._steps).long().masked_fill(done, 0))
+            dr.on_reset(done)
+            self._state, self._steps = self._restart_fn(
+                self._state, self._first, self._steps, to_jax(done), keys, self._model_fields())
+            reset_obs = dr.observe(to_torch(self._state.obs).double()).float()
+            obs = torch.where(done[:, None], reset_obs, final_obs)
+        info = {"final_obs": final_obs, "reward_terms": terms}
+        return StepOut(obs, to_torch(out["reward"]).to(torch.float32), terminated, truncated,
+                       info)
 
     # ------------------------------------------------------------------ snapshots
     def get_state(self) -> torch.Tensor:
@@ -228,13 +307,15 @@ class BraxEnv(BatchedEnv):
     def state_dict(self) -> dict[str, Any]:
         """Every world's state (``get_state``), the first states and the reset key."""
         first = jax.tree.leaves(self._first)
-        return {"state": self.get_state().cpu(),
+        return {"randomization": None if self._dr is None else self._dr.state_dict(),
+                "state": self.get_state().cpu(),
                 "first": [torch.from_numpy(jax.device_get(x).copy()) for x in first],
                 "key": torch.from_numpy(jax.device_get(jax.random.key_data(self._key))
                                         if jnp.issubdtype(self._key.dtype, jax.dtypes.prng_key)
                                         else jax.device_get(self._key).copy())}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._load_randomization(state.get("randomization"))
         self.set_state(state["state"])
         leaves, treedef = jax.tree.flatten(self._first)
         self._first = jax.tree.unflatten(

@@ -57,7 +57,7 @@ def make(
     """Make ``num_envs`` worlds of ``task`` on ``backend``.
 
     ``overrides`` are fields of the task's config (e.g. ``ctrl_cost_weight=0.2``); the
-    ``mujoco`` and ``mjx`` backends also take ``randomization`` (a preset name of
+    ``mujoco``, ``mjx`` and ``brax`` backends also take ``randomization`` (a preset name of
     ``configs/randomization/``, a mapping or a ``RandomizationConfig``; default nominal
     physics), ``mujoco`` also ``num_threads`` (0: all cores). The ``gymnasium`` backend takes
     a built-in task name or any Gymnasium id, and ``vectorization`` ("sync" or "async").
@@ -76,8 +76,8 @@ def make(
         from robotrl.envs.randomization import resolve
 
         if resolve(overrides.pop("randomization", None)).enabled():
-            raise ValueError("randomization needs the 'mujoco' or 'mjx' backend (per-world model "
-                             "fields); the gymnasium backend takes randomization=none")
+            raise ValueError("randomization needs the 'mujoco', 'mjx' or 'brax' backend (per-world"
+                             " model fields); the gymnasium backend takes randomization=none")
 
         env_id = task_class(task).gym_id if task in _TASKS else task
         return GymnasiumEnv(env_id, num_envs, device=device, seed=seed, **overrides)
@@ -90,11 +90,6 @@ def make(
                       randomization=randomization)
     if backend == "brax":
         from robotrl.envs.brax import BraxEnv
-        from robotrl.envs.randomization import resolve
-
-        if resolve(overrides.pop("randomization", None)).enabled():
-            raise ValueError("randomization is not implemented on the 'brax' backend (Brax's own "
-                             "tasks); use backend 'mjx' or 'mujoco', or randomization=none")
 
         return BraxEnv(task, num_envs, device=device, seed=seed, **overrides)
     raise ValueError(f"unknown backend {backend!r}; available backends: {', '.join(BACKENDS)}")

@@ -226,9 +226,9 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.backend.name == "mujoco" and cfg.env.task not in list_tasks():
         raise ValueError(f"unknown task {cfg.env.task!r}; available tasks: {list_tasks()}")
     cfg.randomization.check()
-    if cfg.randomization.enabled() and cfg.backend.name not in ("mujoco", "mjx"):
-        raise ValueError(f"randomization needs backend=mujoco or mjx, got "
-                         f"backend={cfg.backend.name}")
+    if cfg.randomization.enabled() and cfg.backend.name == "gymnasium":
+        raise ValueError("randomization needs backend=mujoco, mjx or brax (per-world model "
+                         "fields), got backend=gymnasium")
     if cfg.device.startswith("cuda"):
         import torch
 

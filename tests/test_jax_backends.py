@@ -283,6 +283,38 @@ def test_brax_contract_and_state() -> None:
 
 
 @pytest.mark.slow
+def test_brax_randomization_per_world_resampled_and_checkpointed() -> None:
+    _brax()
+    cfg = {"body_mass": {"low": 0.3, "high": 3.0}}
+    env = E.make("inverted_pendulum", 4, backend="brax", seed=0, max_episode_steps=3,
+                 randomization=cfg)
+    first = env.physics_params()["body_mass"].clone()
+    assert bool((first[:, 1:].std(dim=0) > 0.1).all())  # every body differs across worlds
+    # the same state and push in every world: the masses make them move apart
+    env.set_state(env.get_state()[:1].expand(4, -1))
+    out = env.step(torch.ones(4, 1))
+    cart_velocity = out.obs[:, 2]
+    assert float(cart_velocity.max() - cart_velocity.min()) > 1e-3
+    torch.testing.assert_close(env.physics_params()["body_mass"], first)  # within the episode
+    twin = E.make("inverted_pendulum", 4, backend="brax", seed=5, max_episode_steps=3,
+                  randomization=cfg)
+    twin.load_state_dict(env.state_dict())
+    for _ in range(3):
+        a, b = env.step(torch.zeros(4, 1)), twin.step(torch.zeros(4, 1))
+        torch.testing.assert_close(a.obs, b.obs, rtol=0, atol=0)
+    # every world was truncated (3 steps) and drew new masses
+    assert bool((env.physics_params()["body_mass"][:, 1:] != first[:, 1:]).all())
+    # noise, delay and pushes run through the same jitted step
+    full = {**cfg, "obs_noise": 0.01, "action_noise": 0.05, "action_delay_max": 1,
+            "push_velocity": 0.5, "push_interval": [1, 2]}
+    env = E.make("inverted_pendulum", 4, backend="brax", seed=0, randomization=full)
+    for _ in range(4):
+        assert bool(torch.isfinite(env.step(torch.zeros(4, 1)).obs).all())
+    with pytest.raises(ValueError, match="randomization needs pipeline='mjx'"):
+        E.make("inverted_pendulum", 2, backend="brax", pipeline="generalized", randomization=cfg)
+
+
+@pytest.mark.slow
 def test_ppo_runs_on_brax(tmp_path: Path) -> None:
     _brax()
     runner = _ppo_runner(tmp_path, "brax")
@@ -292,7 +324,7 @@ def test_ppo_runs_on_brax(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------- GPU
 @pytest.mark.gpu
-@pytest.mark.parametrize("backend", ["mjx", "brax", "mjx-randomized"])
+@pytest.mark.parametrize("backend", ["mjx", "brax", "mjx-randomized", "brax-randomized"])
 def test_gpu_zero_copy_no_host_transfers(backend: str) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
@@ -300,13 +332,13 @@ def test_gpu_zero_copy_no_host_transfers(backend: str) -> None:
         jax.devices("gpu")
     except RuntimeError:
         pytest.skip("JAX sees no GPU")
-    if backend == "brax":
+    if backend.startswith("brax"):
         _brax()
     from torch.profiler import ProfilerActivity, profile
 
     options: dict[str, object] = {}
-    if backend == "mjx-randomized":  # every randomization feature, resampled on the device
-        backend, options["randomization"] = "mjx", {
+    if backend.endswith("-randomized"):  # every randomization feature, resampled on device
+        backend, options["randomization"] = backend.split("-")[0], {
             **PHYSICS, "obs_noise": 0.01, "action_noise": 0.05, "action_delay_max": 2,
             "push_velocity": 0.5, "push_interval": [2, 3], "resample_interval": 2}
     env = E.make("halfcheetah", 64, backend=backend, device="cuda", **options)

@@ -265,7 +265,7 @@ def test_state_dict_round_trip_continues_exactly() -> None:
 
 
 def test_gymnasium_backend_refuses_randomization() -> None:
-    with pytest.raises(ValueError, match="randomization needs the 'mujoco' or 'mjx' backend"):
+    with pytest.raises(ValueError, match="randomization needs the 'mujoco', 'mjx' or 'brax' backend"):
         E.make("hopper", 1, backend="gymnasium", randomization="locomotion")
 
 

@@ -137,7 +137,8 @@ class Runner:
             self.recent_lengths.extend(lengths)
             self.obs = obs
         n = self.s.steps_per_env * env.num_envs
-        return {f"reward/{k}": (v / n).item() for k, v in term_sums.items()}
+        means = torch.stack(list(term_sums.values())).div(n).tolist() if term_sums else []
+        return {f"reward/{k}": v for k, v in zip(term_sums, means, strict=True)}
 
     def _iterations_total(self) -> int:
         return math.ceil(self.s.total_steps / (self.s.steps_per_env * self.env.num_envs))
