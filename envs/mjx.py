@@ -27,6 +27,9 @@ Differences from the native backend (see tests/test_jax_backends.py for the tole
   ``terminated``, reward 0 and a reset, as natively; MJX has no warning counters.
 * Non-finite actions: on CPU the action is checked as natively (an error); on a GPU that check
   would synchronize every step, so a non-finite action makes its world unstable instead.
+* Domain randomization (``randomization=``) draws the same values as natively for the same seed
+  (``envs/mjx_randomization.py``); a push is added to ``qvel`` inside the jitted step, after the
+  task's ``before_step`` (natively before it; the built-in tasks' ``before_step`` reads positions).
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@ steps, and by 2e-5 (step 2) to 1e-3 (step 10) with C's frame. With the Euler int
 float64 the fixed MJX matches C to 1e-13 per substep; the rest under RK4 is MuJoCo C's own RK4
 step departing from the textbook scheme MJX implements (~1e-4 in qvel per contact substep).
 
-``use_c_plane_capsule_frame`` swaps the collider in MJX's dispatch table (process-wide, so Brax's
-``mjx`` pipeline gets it too); if MJX's internals moved it warns and leaves MJX as it is.
+``use_c_plane_capsule_frame`` swaps the collider in MJX's dispatch table, process-wide: Brax's
+``mjx`` and ``generalized`` pipelines (which build friction from the contact frame) get it too,
+so their capsule-on-floor contacts move from MJX's reference numbers to C's. If MJX's internals
+moved it warns and leaves MJX as it is.
 """
 
 from __future__ import annotations
@@ -25,10 +27,9 @@ import jax
 import jax.numpy as jnp
 
 
-def _plane_capsule(plane: Any, cap: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Two contacts (the capsule's end spheres) of a plane and a capsule, in C's frame."""
-    from mujoco.mjx._src.collision_primitive import _plane_sphere
-
+def _plane_capsule(plane: Any, cap: Any, plane_sphere: Any) -> tuple[jax.Array, ...]:
+    """Two contacts (the capsule's end spheres) of a plane and a capsule, in C's frame;
+    ``plane_sphere``: MJX's distance and point of a plane and a sphere."""
     n, axis = plane.mat[:, 2], cap.mat[:, 2]
     tangent = axis - n * jnp.dot(n, axis)
     norm = jnp.linalg.norm(tangent)
@@ -39,7 +40,7 @@ def _plane_capsule(plane: Any, cap: Any) -> tuple[jax.Array, jax.Array, jax.Arra
     segment = axis * cap.size[1]
     dists, points = [], []
     for offset in (segment, -segment):
-        dist, pos = _plane_sphere(n, plane.pos, cap.pos + offset, cap.size[0])
+        dist, pos = plane_sphere(n, plane.pos, cap.pos + offset, cap.size[0])
         dists.append(dist[None])
         points.append(pos[None])
     return jnp.concatenate(dists), jnp.concatenate(points), jnp.concatenate([frame, frame])
@@ -55,8 +56,13 @@ def use_c_plane_capsule_frame() -> bool:
         table = collision_driver._COLLISION_FUNC
         if key not in table:
             raise KeyError(key)
-        table[key] = collision_primitive.collider(ncon=2)(_plane_capsule)
-    except (ImportError, AttributeError, KeyError) as err:
+        plane_sphere = collision_primitive._plane_sphere
+
+        def plane_capsule(plane: Any, cap: Any) -> tuple[jax.Array, ...]:
+            return _plane_capsule(plane, cap, plane_sphere)
+
+        table[key] = collision_primitive.collider(ncon=2)(plane_capsule)
+    except Exception as err:  # MJX's private layout moved: keep MJX's own collider
         warnings.warn(f"robotrl could not fix MJX's plane-capsule contact frame ({err!r}): "
                       "capsule feet on a floor (Ant) will not match the native backend",
                       RuntimeWarning, stacklevel=2)

@@ -11,9 +11,13 @@ so the ones its step reads are recomputed here on the device, per world: ``body_
 from the mass matrix at ``qpos0`` as MuJoCo does: for body b with COM Jacobian J (6 x nv),
 ``A = J M^-1 J^T`` gives the translational and rotational weights trace(A[:3,:3])/3 and
 trace(A[3:,3:])/3; a hinge or slide dof gets ``M^-1[i,i]``, a ball or free joint the mean of its
-dofs' diagonal (translational and rotational parts apart). Matches ``mj_setConst`` to float32
-precision (tests/test_jax_backends.py). Constants MJX does not read (``body_subtreemass``,
-``dof_M0``, ``stat.meanmass``, ``actuator_acc0``) are not recomputed.
+dofs' diagonal (translational and rotational parts apart); a body moved by slide joints alone
+(``body_simple == 2``, e.g. Reacher's target) gets ``[1/mass, 0]`` and its dofs ``1/mass``.
+Matches ``mj_setConst`` to float32 precision (tests/test_jax_backends.py).
+
+Not recomputed: ``tendon_invweight0`` (read by MJX for limited tendons and tendon friction loss:
+such models refuse inertial randomization), ``actuator_acc0`` (muscles), ``body_subtreemass``
+(subtree-velocity sensors), ``dof_M0`` and ``stat.meanmass``; no built-in task reads them.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import mujoco
 import numpy as np
 import torch
 
-from robotrl.envs.mjx import jax, jnp, mjx, to_jax, with_fields
+from robotrl.envs.mjx import jax, jax_device, jnp, mjx, to_jax, with_fields
 from robotrl.envs.randomization import DomainRandomizer, RandomizationConfig
 
 # randomized parameters whose change moves the mass matrix or the COM Jacobians
@@ -43,9 +47,11 @@ def _dof_average(model: mujoco.MjModel) -> np.ndarray:
     return avg
 
 
-def invweights(m: Any, template: Any, average: jax.Array) -> dict[str, jax.Array]:
+def invweights(m: Any, template: Any, average: jax.Array, slide_body: jax.Array,
+               dof_body: jax.Array) -> dict[str, jax.Array]:
     """``body_invweight0`` [nbody, 2] and ``dof_invweight0`` [nv] of one world's model ``m``
-    (``template``: an ``mjx.Data`` of it; ``average``: ``_dof_average``), as ``mj_setConst``."""
+    (``template``: an ``mjx.Data`` of it; ``average``: ``_dof_average``; ``slide_body`` [nbody]
+    bool: slide-joint-only bodies; ``dof_body`` [nv]: each dof's body), as ``mj_setConst``."""
     d = template.replace(qpos=m.qpos0)
     d = mjx.crb(m, mjx.com_pos(m, mjx.kinematics(m, d)))
     minv = jnp.linalg.inv(mjx.full_m(m, d))
@@ -57,7 +63,11 @@ def invweights(m: Any, template: Any, average: jax.Array) -> dict[str, jax.Array
         return jnp.stack([jnp.trace(a[:3, :3]), jnp.trace(a[3:, 3:])]) / 3
 
     body_w = jax.vmap(body)(jnp.arange(m.nbody)).at[0].set(0.0)  # the world body weighs nothing
-    return {"body_invweight0": body_w, "dof_invweight0": average @ jnp.diagonal(minv)}
+    dof_w = average @ jnp.diagonal(minv)
+    inv_mass = 1.0 / jnp.maximum(m.body_mass, mujoco.mjMINVAL)
+    slide_w = jnp.stack([inv_mass, jnp.zeros_like(inv_mass)], axis=1)
+    return {"body_invweight0": jnp.where(slide_body[:, None], slide_w, body_w),
+            "dof_invweight0": jnp.where(slide_body[dof_body], inv_mass[dof_body], dof_w)}
 
 
 class MjxRandomizer(DomainRandomizer):
@@ -74,14 +84,30 @@ class MjxRandomizer(DomainRandomizer):
         self._gear0 = torch.tensor(model.actuator_gear, **f64)
         self._gain0 = torch.tensor(model.actuator_gainprm, **f64)
         self._bias0 = torch.tensor(model.actuator_biasprm, **f64)
-        template = mjx.make_data(mjx_model)
-        average = jnp.asarray(_dof_average(model), dtype=jnp.float32)
+        jdev = jax_device(dev)
+        template = mjx.make_data(mjx_model, device=jdev)
+        static = [jax.device_put(x, jdev) for x in (
+            np.asarray(_dof_average(model), dtype=np.float32), model.body_simple == 2,
+            model.dof_bodyid.astype(np.int32))]
         self._derive = jax.jit(jax.vmap(
-            lambda fields: invweights(with_fields(mjx_model, fields), template, average)))
+            lambda fields: invweights(with_fields(mjx_model, fields), template, *static)))
+        # MJX reads tendon_invweight0 (not recomputed here) for these tendons
+        self._tendon_constraints = bool(model.ntendon) and bool(
+            (model.tendon_limited != 0).any() or (model.tendon_frictionloss > 0).any())
         super().__init__(cfg, model, obs_dim, num_envs, seed, dev)
 
+    def set_config(self, cfg: RandomizationConfig) -> None:
+        inertial = [name for name in _INERTIAL if name in cfg.model_ranges()]
+        if inertial and self._tendon_constraints:
+            raise NotImplementedError(
+                f"randomization of {', '.join(inertial)} on the mjx/brax backends: this model has "
+                "limited or frictional tendons, whose tendon_invweight0 MJX reads and robotrl does "
+                "not recompute; use the native 'mujoco' backend")
+        super().set_config(cfg)
+
     def _apply(self, mask: torch.Tensor) -> None:
-        self._fields = None  # rebuilt at the next read
+        if self.dense or bool(mask.any()):  # on the CPU asking is free
+            self._fields = None  # rebuilt at the next read
 
     def model_fields(self) -> dict[str, jax.Array]:
         """Per-world ``mjx.Model`` fields ``{name: [N, ...] float32}`` of every randomized

@@ -97,7 +97,9 @@ class RandomizationConfig:
     gravity: Range | None = None
     """Each component of ``opt.gravity`` (scale mode leaves zero components at zero)."""
     com_offset: Range | None = None
-    """Offset (m) of every body's center of mass (``body_ipos``); use mode ``additive``."""
+    """Offset (m) of every body's center of mass (``body_ipos``); use mode ``additive``. Bodies
+    MuJoCo compiled as ``simple`` (e.g. Reacher's target) keep theirs: their inertial frame must
+    stay their body frame."""
     obs_noise: float | list[float] = 0.0
     """Std of Gaussian noise on the policy observation: one value or one per dimension."""
     action_noise: float = 0.0
@@ -225,6 +227,8 @@ class DomainRandomizer:
         root = [model.jnt_dofadr[j] + k for j in range(model.njnt) if model.jnt_bodyid[j] == 1
                 for k in range({0: 3, 2: 1}.get(int(model.jnt_type[j]), 0))]
         self._root_dofs = torch.as_tensor(root, dtype=torch.long, device=self.device)
+        # mj_setConst refuses to move the inertial frame of a body compiled as simple
+        self._fixed_com = torch.as_tensor(model.body_simple != 0, device=self.device)[:, None]
         self.set_config(cfg)
 
     def _apply(self, mask: torch.Tensor) -> None:
@@ -291,12 +295,13 @@ class DomainRandomizer:
         for name in list(self._values):
             nominal, rng = self._nominal[name], ranges.get(name)
 
-            def draw(k: int, nominal: torch.Tensor = nominal, rng: Range | None = rng
-                     ) -> torch.Tensor:
+            def draw(k: int, nominal: torch.Tensor = nominal, rng: Range | None = rng,
+                     com: bool = name == "com_offset") -> torch.Tensor:
                 if rng is None:  # removed by set_config: back to nominal
                     return nominal.expand(k, *nominal.shape)
                 x = rng.sample(k, tuple(nominal.shape), self.gen)
-                return nominal * x if rng.mode == "scale" else nominal + x
+                value = nominal * x if rng.mode == "scale" else nominal + x
+                return torch.where(self._fixed_com, nominal, value) if com else value
 
             self._values[name] = self._redraw(self._values[name], mask, draw)
         self._apply(mask)
@@ -372,10 +377,10 @@ class DomainRandomizer:
         return {
             "config": dataclasses.asdict(self.cfg),
             "generator": self.gen.get_state(),
-            "values": {k: v.clone() for k, v in self._values.items()},
-            "delay": self.delay.clone(),
-            "history": None if self._hist is None else self._hist.clone(),
-            "push_timer": self._push_timer.clone(),
+            "values": {k: v.cpu().clone() for k, v in self._values.items()},
+            "delay": self.delay.cpu().clone(),
+            "history": None if self._hist is None else self._hist.cpu().clone(),
+            "push_timer": self._push_timer.cpu().clone(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -438,6 +443,8 @@ class RandomizedEnv:
 
     def _load_randomization(self, state: dict[str, Any] | None) -> None:
         """Restore the randomizer from a checkpoint's entry (None: saved without one)."""
+        if state is not None and self._dr is None and not resolve(state["config"]).enabled():
+            state = None  # saved all nominal (a curriculum at zero): nothing to restore
         if state is not None:
             if self._dr is None:
                 self.set_randomization(state["config"])

@@ -186,9 +186,10 @@ def test_mjx_randomized_matches_native_randomized() -> None:
 
 
 @pytest.mark.slow
-def test_mjx_derived_constants_match_set_const() -> None:
-    env = E.make("ant", 3, backend="mjx", seed=1, randomization=PHYSICS)
-    native = E.make("ant", 3, seed=1, num_threads=1, randomization=PHYSICS)
+@pytest.mark.parametrize("task", ["ant", "reacher"])  # reacher: a slide-only body (its target)
+def test_mjx_derived_constants_match_set_const(task: str) -> None:
+    env = E.make(task, 3, backend="mjx", seed=1, randomization=PHYSICS)
+    native = E.make(task, 3, seed=1, num_threads=1, randomization=PHYSICS)
     fields = env._dr.model_fields()  # type: ignore[union-attr]
     for i in range(3):
         model = native.batch.get_model(i)  # after Batch.set_const (mj_setConst)

@@ -264,6 +264,25 @@ def test_state_dict_round_trip_continues_exactly() -> None:
     assert b.randomization == a.randomization
 
 
+def test_com_offset_leaves_simple_bodies_alone() -> None:
+    # Reacher's target is compiled as a simple body: mj_setConst refuses to move its inertial
+    # frame (it used to raise here); every other body gets its offset
+    env = _make(3, {"com_offset": {"low": 0.01, "high": 0.02, "mode": "additive"}}, task="reacher")
+    shift = (env.physics_params()["com_offset"] - torch.as_tensor(env.model.body_ipos)).abs()
+    simple = torch.as_tensor(env.model.body_simple != 0)
+    assert bool((shift[:, simple] == 0).all()) and bool((shift[:, ~simple] >= 0.01).all())
+    for _ in range(3):
+        env.step(torch.zeros(3, 2))
+
+
+def test_checkpoint_of_a_nominal_curriculum_loads_anywhere() -> None:
+    env = _make(2, MASS)
+    env.set_randomization("none", resample=True)  # a curriculum at zero
+    plain = _make(2)
+    plain.load_state_dict(env.state_dict())
+    assert plain.physics_params() == {} and plain._dr is None
+
+
 def test_gymnasium_backend_refuses_randomization() -> None:
     with pytest.raises(ValueError, match="randomization needs the 'mujoco', 'mjx' or 'brax' backend"):
         E.make("hopper", 1, backend="gymnasium", randomization="locomotion")
