@@ -275,6 +275,17 @@ def test_com_offset_leaves_simple_bodies_alone() -> None:
         env.step(torch.zeros(3, 2))
 
 
+def test_humanoid_center_of_mass_weighs_each_worlds_masses() -> None:
+    env = _make(3, {"body_mass": {"low": 0.5, "high": 2.0}}, task="humanoid")
+    env.step(torch.zeros(3, env.spec.action_dim))
+    mass = env.physics_params()["body_mass"]
+    expected = (mass[:, :, None] * env.sim.xipos[:, :, :2]).sum(1) / mass.sum(1, keepdim=True)
+    torch.testing.assert_close(env.task._mass_center_xy(env.sim), expected)
+    nominal = torch.as_tensor(env.model.body_mass)
+    stale = (nominal[None, :, None] * env.sim.xipos[:, :, :2]).sum(1) / nominal.sum()
+    assert float((stale - expected).abs().max()) > 1e-4  # the nominal weights would be off
+
+
 def test_checkpoint_of_a_nominal_curriculum_loads_anywhere() -> None:
     env = _make(2, MASS)
     env.set_randomization("none", resample=True)  # a curriculum at zero

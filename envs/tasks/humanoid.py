@@ -52,9 +52,6 @@ class Humanoid(MujocoTask):
 
     def __init__(self, cfg: HumanoidConfig, model: mujoco.MjModel) -> None:
         super().__init__(cfg, model)
-        mass = torch.as_tensor(model.body_mass.copy(), dtype=torch.float64)
-        # Gymnasium's mass_center: sum_b m_b xipos_b / sum_b m_b, as one [nbody] weight vector
-        self._com_weights = mass / mass.sum()
         self._skip = 2 if cfg.exclude_current_positions_from_observation else 0
 
     @property
@@ -78,8 +75,10 @@ class Humanoid(MujocoTask):
         return qpos, qvel
 
     def _mass_center_xy(self, sim: Sim) -> torch.Tensor:
-        """[N, 2]: x-y of the center of mass (mass-weighted body ``xipos``)."""
-        return torch.einsum("b,nbj->nj", self._com_weights, sim.xipos[:, :, :2])
+        """[N, 2]: x-y of the center of mass. Gymnasium's mass_center, sum_b m_b xipos_b /
+        sum_b m_b, is MuJoCo's ``subtree_com`` of the world body (same stage, same step), which
+        also weighs each world's own masses when they are randomized."""
+        return sim.subtree_com[:, 0, :2].clone()  # natively a live view of the simulation
 
     def before_step(self, sim: Sim) -> torch.Tensor:
         return self._mass_center_xy(sim)
