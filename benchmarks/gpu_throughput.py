@@ -208,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     LS_ITERATIONS = args.ls_iterations
     device = torch.device(args.device)
     torch.set_float32_matmul_precision("high")
-    import jax  # after robotrl.envs.mjx set the allocator policy
+    import jax  # after robotrl.envs.jax_bridge set the allocator policy
 
-    import robotrl.envs.mjx  # noqa: F401
+    import robotrl.envs.jax_bridge  # noqa: F401
 
     if args.cache_dir:
         jax.config.update("jax_compilation_cache_dir", args.cache_dir)

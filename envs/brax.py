@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action, check_action_shape
-from robotrl.envs.mjx import (
+from robotrl.envs.jax_bridge import (
     GPU_LS_ITERATIONS,
     jax,
     jax_device,
@@ -33,13 +33,8 @@ from robotrl.envs.mjx import (
     to_torch,
     with_fields,
 )
-from robotrl.envs.randomization import (
-    SEED_OFFSET,
-    DomainRandomizer,
-    RandomizationConfig,
-    RandomizedEnv,
-    resolve,
-)
+from robotrl.envs.randomization import RandomizationConfig, resolve
+from robotrl.envs.randomizer import SEED_OFFSET, DomainRandomizer, RandomizedEnv
 
 # robotrl task names that differ from Brax's; every other name goes to Brax as is
 _ALIASES = {"half_cheetah": "halfcheetah", "humanoid_standup": "humanoidstandup"}

@@ -36,48 +36,32 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import io
-import os
 from typing import Any
 
-if not any(k in os.environ for k in ("XLA_PYTHON_CLIENT_PREALLOCATE",
-                                     "XLA_PYTHON_CLIENT_MEM_FRACTION",
-                                     "XLA_PYTHON_CLIENT_ALLOCATOR")):
-    # JAX would otherwise take 75% of the GPU at its first array and leave torch (learner,
-    # storage) nothing; allocating on demand lets both frameworks share the device
-    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+import mujoco
+import torch
 
-import jax  # noqa: E402 - after the allocator setting, on purpose
-import jax.dlpack  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import mujoco  # noqa: E402
-import torch  # noqa: E402
-
-from robotrl.envs.base import (  # noqa: E402
+from robotrl.envs.base import (
     BatchedEnv,
     EnvSpec,
     StepOut,
     check_action,
     check_action_shape,
 )
-from robotrl.envs.randomization import (  # noqa: E402
-    SEED_OFFSET,
-    DomainRandomizer,
-    RandomizationConfig,
-    RandomizedEnv,
-    resolve,
+from robotrl.envs.jax_bridge import (
+    GPU_LS_ITERATIONS,
+    jax,
+    jax_device,
+    jnp,
+    mjx,
+    to_jax,
+    to_torch,
+    with_fields,
 )
-from robotrl.envs.tasks.base import MujocoTask  # noqa: E402
+from robotrl.envs.randomization import RandomizationConfig, resolve
+from robotrl.envs.randomizer import SEED_OFFSET, DomainRandomizer, RandomizedEnv
+from robotrl.envs.tasks.base import MujocoTask
 
-with contextlib.redirect_stdout(io.StringIO()):  # mjx prints a line when `warp` is absent
-    from mujoco import mjx
-
-from robotrl.envs.mjx_fixes import use_c_plane_capsule_frame  # noqa: E402
-
-use_c_plane_capsule_frame()
-
-GPU_LS_ITERATIONS = 8
-"""Line-search iterations of the MJX solver on a GPU unless set (Playground uses 4-8)."""
 MAX_STATE = 1e10
 """MuJoCo's mjMAXVAL: a larger |qpos| or |qvel| counts as unstable."""
 _FULL_PHYSICS = int(mujoco.mjtState.mjSTATE_FULLPHYSICS)
@@ -93,50 +77,6 @@ _STATE_FIELDS = {
     int(mujoco.mjtState.mjSTATE_HISTORY): "history",
     int(mujoco.mjtState.mjSTATE_PLUGIN): "plugin_state",
 }
-
-
-# ---------------------------------------------------------------------- torch <-> JAX
-def jax_device(device: torch.device) -> jax.Device:
-    """The JAX device holding the same memory as torch's ``device`` (``cpu`` or ``cuda[:i]``)."""
-    if device.type == "cpu":
-        return jax.devices("cpu")[0]
-    if device.type == "cuda":
-        try:
-            gpus = jax.devices("gpu")
-        except RuntimeError as err:
-            raise RuntimeError(
-                f"device={device} but JAX sees no GPU ({err}); install a CUDA build of jax "
-                "(jax[cuda12] or jax[cuda13]) matching the driver, or use device='cpu'"
-            ) from None
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if index >= len(gpus):
-            raise ValueError(f"device={device} but JAX sees {len(gpus)} GPU(s)")
-        return gpus[index]
-    raise ValueError(f"JAX backends run on 'cpu' or 'cuda[:N]', got device={device}")
-
-
-def to_torch(x: jax.Array) -> torch.Tensor:
-    """Torch view of ``x`` (DLPack, zero-copy). Read it only: XLA owns and may reuse the buffer.
-
-    Invariant both JAX backends keep: torch reads a JAX buffer only in kernels enqueued before the
-    next torch -> JAX hand-off (``to_jax`` of an action or reset tensor), whose stream wait orders
-    every later JAX computation (and so any reuse of that buffer) after those reads.
-    """
-    return torch.from_dlpack(x)
-
-
-def to_jax(t: torch.Tensor) -> jax.Array:
-    """JAX view of ``t`` (DLPack; zero-copy on GPU, JAX may copy on CPU to align). Never write
-    ``t`` afterwards."""
-    return jax.dlpack.from_dlpack(t.detach().contiguous())
-
-
-def with_fields(m: Any, fields: dict[str, jax.Array]) -> Any:
-    """``m`` (an ``mjx.Model``) with ``fields`` replaced; ``opt.<name>`` keys go into ``m.opt``."""
-    top = {k: v for k, v in fields.items() if not k.startswith("opt.")}
-    opt = {k[4:]: v for k, v in fields.items() if k.startswith("opt.")}
-    m = m.replace(**top)
-    return m.replace(opt=m.opt.replace(**opt)) if opt else m
 
 
 # ---------------------------------------------------------------------- Sim over mjx.Data

@@ -28,8 +28,9 @@ import mujoco
 import numpy as np
 import torch
 
-from robotrl.envs.mjx import jax, jax_device, jnp, mjx, to_jax, with_fields
-from robotrl.envs.randomization import DomainRandomizer, RandomizationConfig
+from robotrl.envs.jax_bridge import jax, jax_device, jnp, mjx, to_jax, with_fields
+from robotrl.envs.randomization import RandomizationConfig
+from robotrl.envs.randomizer import DomainRandomizer
 
 # randomized parameters whose change moves the mass matrix or the COM Jacobians
 _INERTIAL = ("body_mass", "armature", "com_offset")

@@ -23,13 +23,8 @@ import torch
 from mujoco.batch import Batch, SimulationError
 
 from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
-from robotrl.envs.randomization import (
-    SEED_OFFSET,
-    BatchRandomizer,
-    RandomizationConfig,
-    RandomizedEnv,
-    resolve,
-)
+from robotrl.envs.randomization import RandomizationConfig, resolve
+from robotrl.envs.randomizer import SEED_OFFSET, BatchRandomizer, RandomizedEnv
 from robotrl.envs.tasks.base import MujocoTask
 
 _STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
