@@ -170,11 +170,13 @@ class DomainRandomizer:
 
     def push(self) -> torch.Tensor | None:
         """Velocity kicks [N, len(root dofs)] for worlds whose push timer ran out (zero rows
-        elsewhere); None when pushes are off."""
+        elsewhere); None when pushes are off (or, on the CPU, when no world is due)."""
         if self.cfg.push_velocity <= 0 or not len(self._root_dofs):
             return None
         self._push_timer -= 1
         due = self._push_timer <= 0
+        if not self.dense and not bool(due.any()):  # on the CPU asking is free
+            return None
         v, nroot = self.cfg.push_velocity, len(self._root_dofs)
         kick = torch.zeros(self.n, nroot, dtype=torch.float64, device=self.device)
         kick = self._redraw(kick, due, lambda k: (torch.rand(
