@@ -9,6 +9,7 @@ import pytest
 
 from robotrl.cli.train import ConfigError, check_overrides
 from robotrl.config import EnvConfig, TrainConfig, from_dict, to_dict, validate
+from robotrl.envs.randomization import resolve
 
 
 def test_unknown_top_level_key() -> None:
@@ -56,6 +57,14 @@ def test_validate_values() -> None:
     cfg.env = EnvConfig()
     cfg.num_envs = 0
     with pytest.raises(ValueError, match="num_envs must be >= 1"):
+        validate(cfg)
+    cfg.num_envs = 4
+    cfg.randomization = resolve("locomotion")
+    for backend in ("mujoco", "mjx", "brax"):  # the backends with per-world model fields
+        cfg.backend.name = backend
+        validate(cfg)
+    cfg.backend.name = "gymnasium"
+    with pytest.raises(ValueError, match="randomization needs backend=mujoco, mjx or brax"):
         validate(cfg)
 
 

@@ -15,6 +15,7 @@ Hopper) with atol 1e-2 on observations and 1e-3 on rewards.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -222,9 +223,10 @@ def test_mjx_randomization_resampled_per_episode_and_checkpointed() -> None:
                                twin.physics_params()["body_mass"], rtol=0, atol=0)
 
 
-def _ppo_runner(tmp_path: Path, backend: str) -> object:
+def _ppo_runner(tmp_path: Path, backend: str, randomization: str = "none") -> object:
     from robotrl.cli.build import build_runner
     from robotrl.config import TrainConfig, from_dict
+    from robotrl.envs.randomization import resolve
     from robotrl.seeding import seed_everything
 
     cfg = from_dict(TrainConfig, {
@@ -234,11 +236,21 @@ def _ppo_runner(tmp_path: Path, backend: str) -> object:
         "logger": {"tensorboard": False, "progress": False, "log_interval": 1},
         "num_envs": 4, "total_steps": 2 * 8 * 4, "run_dir": str(tmp_path),
         "checkpoint_interval": 1000, "eval_episodes": 1,
+        "randomization": dataclasses.asdict(resolve(randomization)),
     })
     seed_everything(0)
     runner = build_runner(cfg)
     runner.make_eval_env = None
     return runner
+
+
+@pytest.mark.slow
+def test_ppo_trains_on_randomized_mjx_from_config(tmp_path: Path) -> None:
+    runner = _ppo_runner(tmp_path, "mjx", randomization="locomotion")
+    params = runner.env.physics_params()  # the config's randomization reached the JAX env
+    assert params["body_mass"].shape == (4, runner.env.unwrapped.model.nbody)
+    runner.train()
+    assert runner.global_step == 2 * 8 * 4
 
 
 @pytest.mark.slow
