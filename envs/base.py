@@ -130,3 +130,13 @@ def check_action(action: torch.Tensor, spec: EnvSpec, num_envs: int) -> None:
             f"action contains NaN or Inf in envs {bad[:10]}{'...' if len(bad) > 10 else ''}; "
             "refusing to feed it to the physics"
         )
+
+
+def end_unstable(unstable: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                 reward: torch.Tensor, obs: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(terminated, truncated, reward, obs) with the worlds in ``unstable`` [N] bool ended: an
+    unstable world's state is garbage, so its episode terminates (no bootstrap) with reward 0,
+    and non-finite observations become 0 so that they cannot reach the learner."""
+    return (terminated | unstable, truncated & ~unstable, reward.masked_fill(unstable, 0.0),
+            torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0))

@@ -47,6 +47,7 @@ from robotrl.envs.base import (
     StepOut,
     check_action,
     check_action_shape,
+    end_unstable,
 )
 from robotrl.envs.jax_bridge import (
     GPU_LS_ITERATIONS,
@@ -307,11 +308,8 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
             unstable = ~stable
             n_unstable = unstable.sum()
             self._num_unstable += n_unstable
-            # an unstable world's state is garbage: no reward, no bootstrap, reset
-            terminated = terminated | unstable
-            truncated = truncated & stable
-            reward = reward.masked_fill(unstable, 0.0)
-            obs = torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
+            terminated, truncated, reward, obs = end_unstable(unstable, terminated, truncated,
+                                                              reward, obs)
             done = terminated | truncated
             if dr is not None:
                 obs = dr.observe(obs)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from mujoco.batch import Batch, SimulationError
 
-from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
+from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action, end_unstable
 from robotrl.envs.randomization import RandomizationConfig, resolve
 from robotrl.envs.randomizer import SEED_OFFSET, BatchRandomizer, RandomizedEnv
 from robotrl.envs.tasks.base import MujocoTask
@@ -226,13 +226,9 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         truncated = self._steps >= self.spec.max_episode_steps
         n_unstable = int(unstable_np.sum())
         if n_unstable:
-            # the world's state is garbage: end its episode with no reward and no bootstrap
-            unstable = torch.from_numpy(unstable_np)
             self.num_unstable += n_unstable
-            terminated = terminated | unstable
-            truncated = truncated & ~unstable
-            reward = reward.masked_fill(unstable, 0.0)
-            obs = torch.nan_to_num(obs, nan=0.0, posinf=0.0, neginf=0.0)
+            terminated, truncated, reward, obs = end_unstable(
+                torch.from_numpy(unstable_np), terminated, truncated, reward, obs)
         done = terminated | truncated
         if dr is not None:
             obs = dr.observe(obs)
