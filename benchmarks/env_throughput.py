@@ -60,6 +60,16 @@ def cpu_name() -> str:
         return platform.processor() or platform.machine()
 
 
+def warn_if_loaded(console: Console) -> float:
+    """The 1-minute load average; says so when other processes already load the cores (the
+    timings would not be representative)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > 0.5:
+        console.print(f"[yellow]load average {load:.1f} before starting: other processes share "
+                      "the cores, so the timings are not representative[/]")
+    return load
+
+
 def action_pool(n: int, act_dim: int, seed: int = 0) -> np.ndarray:
     """[POOL, n, act_dim] float32 uniform in [-1, 1]; the same seed gives every contestant the same."""
     return np.random.default_rng(seed).uniform(-1, 1, (POOL, n, act_dim)).astype(np.float32)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import platform
 import re
 import shutil
@@ -40,7 +39,7 @@ import stable_baselines3
 import torch
 
 # the sibling benchmark script (this folder is on sys.path when run as a script)
-from env_throughput import CORES, cpu_name  # noqa: E402
+from env_throughput import CORES, cpu_name, warn_if_loaded  # noqa: E402
 from rich.console import Console
 from rich.table import Table
 from stable_baselines3 import PPO as SB3PPO
@@ -571,10 +570,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"mujoco {mujoco.__version__}, torch {torch.__version__}, "
                   f"SB3 {stable_baselines3.__version__} | seed {args.seed}, "
                   f"SB3 {args.torch_threads} torch threads, ours {TrainConfig().torch_threads}")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if load > 0.5:
-        console.print(f"[yellow]load average {load:.1f} before starting: other processes share "
-                      "the cores, so the timings are not representative[/]")
+    warn_if_loaded(console)
     results, verdicts = (throughput if args.mode == "throughput" else wallclock)(args, console)
     for c in verdicts:
         value = "" if c["value"] is None else (

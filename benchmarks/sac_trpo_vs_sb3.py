@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
@@ -31,7 +30,7 @@ import stable_baselines3
 import torch
 
 # sibling benchmark scripts (this folder is on sys.path when run as a script)
-from env_throughput import CORES, cpu_name  # noqa: E402
+from env_throughput import CORES, cpu_name, warn_if_loaded  # noqa: E402
 from ppo_vs_sb3 import (  # noqa: E402
     EVAL_ENV_SEED,
     EVAL_RESET_SEED,
@@ -205,10 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{mujoco.__version__}, torch {torch.__version__}, SB3 "
                   f"{stable_baselines3.__version__} | {args.task}, {args.steps:,} steps, "
                   f"seed {args.seed}")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if load > 0.5:
-        console.print(f"[yellow]load average {load:.1f} before starting: other processes share "
-                      "the cores, so the timings are not representative[/]")
+    load = warn_if_loaded(console)
     results: dict[str, Any] = {}
     checks: list[dict[str, Any]] = []
     if args.algo in ("trpo", "both"):
