@@ -197,7 +197,9 @@ class BraxEnv(RandomizedEnv, BatchedEnv):
         from robotrl.envs.mjx_randomization import MjxRandomizer
 
         sys = self.brax_env.unwrapped.sys
-        obs_dim = int(self.brax_env.observation_size)
+        # the observation's shape without running a reset (Brax's observation_size runs one)
+        obs = jax.eval_shape(self.brax_env.reset, jax.random.PRNGKey(0)).obs
+        obs_dim = int(obs.shape[-1])
         return MjxRandomizer(cfg, sys.mj_model, sys, obs_dim, self.num_envs,
                              self._seed + SEED_OFFSET, self.device)
 
