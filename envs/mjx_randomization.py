@@ -79,12 +79,6 @@ class MjxRandomizer(DomainRandomizer):
                  obs_dim: int, num_envs: int, seed: int, device: torch.device) -> None:
         self._fields: dict[str, jax.Array] | None = None
         dev = torch.device(device)
-        f64 = {"dtype": torch.float64, "device": dev}
-        self._inertia0 = torch.tensor(model.body_inertia, **f64)
-        self._friction0 = torch.tensor(model.geom_friction, **f64)
-        self._gear0 = torch.tensor(model.actuator_gear, **f64)
-        self._gain0 = torch.tensor(model.actuator_gainprm, **f64)
-        self._bias0 = torch.tensor(model.actuator_biasprm, **f64)
         jdev = jax_device(dev)
         template = mjx.make_data(mjx_model, device=jdev)
         static = [jax.device_put(x, jdev) for x in (
@@ -118,29 +112,7 @@ class MjxRandomizer(DomainRandomizer):
         return self._fields
 
     def _build(self) -> dict[str, jax.Array]:
-        n, out = self.n, {}
-        for name, value in self._values.items():
-            if name == "body_mass":
-                out["body_mass"] = value
-                ratio = value / self._nominal[name].clamp_min(1e-12)
-                out["body_inertia"] = self._inertia0 * ratio[..., None]  # uniform density
-            elif name == "friction":
-                friction = self._friction0.expand(n, -1, -1).clone()
-                friction[..., 0] = value
-                out["geom_friction"] = friction
-            elif name == "actuator_gain":
-                servo = self._servo
-                gear, gain = self._gear0.expand(n, -1, -1).clone(), self._gain0.expand(n, -1, -1).clone()
-                bias = self._bias0.expand(n, -1, -1).clone()
-                gear[..., 0] = torch.where(servo, gear[..., 0], value)
-                gain[..., 0] = torch.where(servo, value, gain[..., 0])
-                bias[..., 1] = torch.where(servo, -value, bias[..., 1])
-                out.update(actuator_gear=gear, actuator_gainprm=gain, actuator_biasprm=bias)
-            else:
-                field = {"joint_damping": "dof_damping", "armature": "dof_armature",
-                         "gravity": "opt.gravity", "com_offset": "body_ipos"}[name]
-                out[field] = value
-        fields = {k: to_jax(v.to(torch.float32)) for k, v in out.items()}
+        fields = {k: to_jax(v.to(torch.float32)) for k, v in self.model_field_values().items()}
         if any(name in self._values for name in _INERTIAL):
             fields.update(self._derive(fields))
         return fields

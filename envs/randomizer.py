@@ -56,6 +56,13 @@ class DomainRandomizer:
         self._ids = torch.arange(self.n, device=self.device)
         # motors get their gear scaled; servos (affine bias) their kp, keeping ctrl a position
         self._servo = torch.as_tensor(model.actuator_biastype != 0, device=self.device)
+        # nominal model fields that a parameter changes only part of (see model_field_values)
+        f64 = {"dtype": torch.float64, "device": self.device}
+        self._inertia0 = torch.tensor(model.body_inertia, **f64)
+        self._friction0 = torch.tensor(model.geom_friction, **f64)
+        self._gear0 = torch.tensor(model.actuator_gear, **f64)
+        self._gain0 = torch.tensor(model.actuator_gainprm, **f64)
+        self._bias0 = torch.tensor(model.actuator_biasprm, **f64)
         # the translational dofs of the root body's joints receive the pushes
         root = [model.jnt_dofadr[j] + k for j in range(model.njnt) if model.jnt_bodyid[j] == 1
                 for k in range({0: 3, 2: 1}.get(int(model.jnt_type[j]), 0))]
@@ -107,6 +114,36 @@ class DomainRandomizer:
             self._nominal[name] = value
             self._values[name] = value.expand(self.n, *value.shape).clone()
         return self._values[name]
+
+    def model_field_values(self, rows: torch.Tensor | slice = slice(None)
+                           ) -> dict[str, torch.Tensor]:
+        """The MuJoCo model fields the current values set, for the worlds ``rows``:
+        ``{field: [K, ...] float64}`` with mjModel names (``opt.gravity`` for gravity). A mass
+        scales its body's inertia too (uniform density); a motor's strength is its gear, a
+        servo's its kp (``gainprm[0] = -biasprm[1]``); the other columns stay nominal."""
+        out: dict[str, torch.Tensor] = {}
+        for name, values in self._values.items():
+            value = values[rows]
+            k = len(value)
+            if name == "body_mass":
+                out["body_mass"] = value
+                ratio = value / self._nominal[name].clamp_min(1e-12)
+                out["body_inertia"] = self._inertia0 * ratio[..., None]
+            elif name == "friction":
+                friction = self._friction0.expand(k, -1, -1).clone()
+                friction[..., 0] = value
+                out["geom_friction"] = friction
+            elif name == "actuator_gain":
+                gear, gain, bias = (x.expand(k, -1, -1).clone()
+                                    for x in (self._gear0, self._gain0, self._bias0))
+                servo = self._servo
+                gear[..., 0] = torch.where(servo, gear[..., 0], value)
+                gain[..., 0] = torch.where(servo, value, gain[..., 0])
+                bias[..., 1] = torch.where(servo, -value, bias[..., 1])
+                out.update(actuator_gear=gear, actuator_gainprm=gain, actuator_biasprm=bias)
+            else:
+                out[_MODEL_PARAMS[name][0]] = value
+        return out
 
     def _redraw(self, current: torch.Tensor, mask: torch.Tensor,
                 draw: Callable[[int], torch.Tensor]) -> torch.Tensor:
@@ -298,7 +335,6 @@ class BatchRandomizer(DomainRandomizer):
                  obs_dim: int, seed: int) -> None:
         self.batch = batch
         self._expanded: dict[str, torch.Tensor] = {}
-        self._inertia0 = torch.as_tensor(model.body_inertia.copy())
         self._qvel = torch.from_numpy(batch.bind("qvel"))
         super().__init__(cfg, model, obs_dim, batch.nsim, seed)
 
@@ -311,23 +347,8 @@ class BatchRandomizer(DomainRandomizer):
         ids = mask.nonzero().flatten()
         if not len(ids):
             return
-        f = self._batch_field
-        for name, values in self._values.items():
-            value = values[ids]
-            if name == "body_mass":
-                f("body_mass")[ids] = value
-                ratio = value / self._nominal[name].clamp_min(1e-12)
-                f("body_inertia")[ids] = self._inertia0 * ratio[..., None]  # uniform density
-            elif name == "friction":
-                f("geom_friction")[ids, :, 0] = value
-            elif name == "actuator_gain":
-                gear, gain = f("actuator_gear")[:, :, 0], f("actuator_gainprm")[:, :, 0]
-                bias = f("actuator_biasprm")[:, :, 1]
-                gear[ids] = torch.where(self._servo, gear[ids], value)
-                gain[ids] = torch.where(self._servo, value, gain[ids])
-                bias[ids] = torch.where(self._servo, -value, bias[ids])
-            else:
-                f(_MODEL_PARAMS[name][0])[ids] = value
+        for field, value in self.model_field_values(ids).items():
+            self._batch_field(field)[ids] = value
         self.batch.set_const(ids.numpy().astype(np.int32))
 
     def before_physics(self) -> None:
