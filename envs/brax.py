@@ -123,8 +123,7 @@ class BraxEnv(RandomizedEnv, BatchedEnv):
             if pipeline != "mjx":
                 raise ValueError(f"randomization needs pipeline='mjx' (per-world MJX model "
                                  f"fields), got pipeline={pipeline!r}")
-            self.set_randomization(dr_cfg)
-            self._dr.on_reset(self._all_worlds())  # type: ignore[union-attr]
+            self.set_randomization(dr_cfg, resample=True)
         first = self._reset_fn(self._next_keys(), self._model_fields())
         obs_dim = int(first.obs.shape[-1])
         terms = tuple(k[len(_REWARD_PREFIX):] for k in first.metrics if k.startswith(_REWARD_PREFIX))
