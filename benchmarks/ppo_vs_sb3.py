@@ -275,17 +275,23 @@ def sb3_throughput(task: str, cfg: dict[str, Any], args: argparse.Namespace,
         if args.sb3_vec == "subproc" else (DummyVecEnv, None)
     venv = make_vec_env(task_class(task).gym_id, n_envs=args.sb3_envs, seed=args.seed,
                         vec_env_cls=vec_cls, vec_env_kwargs=vec_kwargs)
-    norm = None
-    if algo.normalize_obs or algo.reward_scaling:
-        norm = venv = VecNormalize(venv, norm_obs=algo.normalize_obs,
-                                   norm_reward=algo.reward_scaling, gamma=algo.gamma,
-                                   clip_obs=10.0, clip_reward=10.0)
+    venv, norm = sb3_normalize(venv, algo)
     model = SB3PPO("MlpPolicy", venv, seed=args.seed, device="cpu", verbose=0, **kwargs)
     console.print(f"[dim]{task}: SB3, {args.sb3_vec} x {args.sb3_envs}, n_steps "
                   f"{kwargs['n_steps']}, {cfg['total_steps']:,} steps ...[/]")
     return sb3_learn(model, venv, norm, task, cfg["total_steps"], args,
                      {"hyperparameters": plain(kwargs), "notes": notes,
                       "vec_env": f"{args.sb3_vec} x {args.sb3_envs}"})
+
+
+def sb3_normalize(venv: Any, algo: Any) -> tuple[Any, VecNormalize | None]:
+    """(env, normalizer): SB3's VecNormalize doing what ``algo``'s observation normalization
+    and reward scaling do (clip 10 as ours), or ``venv`` unchanged and None."""
+    if not (algo.normalize_obs or algo.reward_scaling):
+        return venv, None
+    norm = VecNormalize(venv, norm_obs=algo.normalize_obs, norm_reward=algo.reward_scaling,
+                        gamma=algo.gamma, clip_obs=10.0, clip_reward=10.0)
+    return norm, norm
 
 
 def sb3_learn(model: Any, venv: Any, norm: VecNormalize | None, task: str, total_steps: int,

@@ -40,6 +40,7 @@ from ppo_vs_sb3 import (  # noqa: E402
     plain,
     print_end_to_end,
     sb3_learn,
+    sb3_normalize,
 )
 from rich.console import Console
 from sac_bench import add_arguments as add_sac_arguments
@@ -127,18 +128,13 @@ def trpo_sb3(task: str, cfg: dict[str, Any], args: argparse.Namespace,
     """sb3-contrib's TRPO with ours' hyperparameters (``trpo_sb3_kwargs``) on the *-v5 env."""
     from sb3_contrib import TRPO as SB3TRPO  # noqa: N811
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import VecNormalize
 
     algo = from_dict(TrainConfig, cfg).algo
     torch.set_num_threads(args.torch_threads)
     venv = make_vec_env(task_class(task).gym_id, n_envs=args.sb3_envs, seed=args.seed)
     kwargs, notes = trpo_sb3_kwargs(algo, cfg["num_envs"], args.sb3_envs,
                                     int(venv.action_space.shape[0]))
-    norm = None
-    if algo.normalize_obs or algo.reward_scaling:
-        norm = venv = VecNormalize(venv, norm_obs=algo.normalize_obs,
-                                   norm_reward=algo.reward_scaling, gamma=algo.gamma,
-                                   clip_obs=10.0, clip_reward=10.0)
+    venv, norm = sb3_normalize(venv, algo)
     model = SB3TRPO("MlpPolicy", venv, seed=args.seed, device="cpu", verbose=0, **kwargs)
     console.print(f"[dim]{task}: sb3-contrib TRPO, DummyVecEnv x {args.sb3_envs}, n_steps "
                   f"{kwargs['n_steps']}, {cfg['total_steps']:,} steps ...[/]")
