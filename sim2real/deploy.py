@@ -1,9 +1,9 @@
-"""A fixed-rate control loop around an exported ONNX policy, with safety limits and timing stats.
+"""A fixed-rate control loop around an exported policy, with safety limits and timing stats.
 
-Needs only numpy and onnxruntime (no torch) unless ``SimSource`` is used, so it runs on a
-robot's computer as is.
+For an ONNX policy it needs only numpy and onnxruntime (no torch) unless ``SimSource`` is used,
+so it runs on a robot's computer as is; pt2 and TorchScript exports run in torch.
 
-    policy = OnnxPolicy("policy.onnx")                  # onnxruntime, one intra-op thread
+    policy = load_policy("policy.onnx")                 # or .pt2 / .pt; one intra-op thread
     source = SimSource(policy.metadata["task"])         # or any ObservationSource (a robot)
     cfg = DeployConfig(hz=500, seconds=10, max_delta=0.1)
     report = run_loop(policy, source, cfg, policy.low, policy.high)
@@ -74,7 +74,7 @@ class DeployConfig:
     spin: float = 2e-4
     """Busy-wait the last this many seconds before a tick (``time.sleep`` overshoots ~0.1 ms)."""
     threads: int = 1
-    """onnxruntime intra-op threads of ``OnnxPolicy`` (1: one core, no thread hand-offs)."""
+    """Intra-op threads of the exported policy (onnxruntime or torch; 1: one core, no hand-offs)."""
 
     def __post_init__(self) -> None:
         self.default_action = tuple(float(v) for v in self.default_action)
@@ -99,13 +99,36 @@ def decode_onnx_metadata(props: dict[str, str], path: str = "") -> dict[str, Any
     return {key: json.loads(value) for key, value in props.items()}
 
 
-class OnnxPolicy:
-    """An exported robotrl policy in onnxruntime: ``obs [obs_dim] -> action [act_dim]``.
+class ExportedPolicy:
+    """An exported robotrl policy: ``obs [obs_dim] -> action [act_dim]`` float32.
 
     Attributes:
         metadata: the file's robotrl metadata (``robotrl.sim2real.export.build_metadata``).
         obs_dim, act_dim: widths; low, high: [act_dim] float32 action bounds.
     """
+
+    def __init__(self, metadata: dict[str, Any]) -> None:
+        self.metadata = meta = metadata
+        self.obs_dim, self.act_dim = int(meta["obs_dim"]), int(meta["action_dim"])
+        self.low = np.asarray(meta["action_low"], dtype=np.float32)
+        self.high = np.asarray(meta["action_high"], dtype=np.float32)
+        self._buffer = np.zeros((1, self.obs_dim), dtype=np.float32)
+
+    def _run(self, batch: np.ndarray) -> np.ndarray:
+        """[1, obs_dim] -> [1, act_dim]."""
+        raise NotImplementedError
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        """``obs`` [obs_dim] -> action [act_dim] float32."""
+        if np.shape(obs) != (self.obs_dim,):
+            raise ValueError(f"observation has shape {np.shape(obs)}, the policy takes "
+                             f"({self.obs_dim},)")
+        self._buffer[0] = obs
+        return self._run(self._buffer)[0]
+
+
+class OnnxPolicy(ExportedPolicy):
+    """An ONNX export in onnxruntime (no torch needed)."""
 
     def __init__(self, path: str, threads: int = 1) -> None:
         import onnxruntime as ort
@@ -116,23 +139,41 @@ class OnnxPolicy:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        self.metadata = decode_onnx_metadata(self.session.get_modelmeta().custom_metadata_map,
-                                             path)
-        meta = self.metadata
-        self.obs_dim, self.act_dim = int(meta["obs_dim"]), int(meta["action_dim"])
-        self.low = np.asarray(meta["action_low"], dtype=np.float32)
-        self.high = np.asarray(meta["action_high"], dtype=np.float32)
-        self._input_name = meta["input_name"]
-        self._outputs = [meta["output_name"]]
-        self._buffer = np.zeros((1, self.obs_dim), dtype=np.float32)
+        super().__init__(decode_onnx_metadata(self.session.get_modelmeta().custom_metadata_map,
+                                              path))
+        self._input_name = self.metadata["input_name"]
+        self._outputs = [self.metadata["output_name"]]
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """``obs`` [obs_dim] -> action [act_dim] float32."""
-        if np.shape(obs) != (self.obs_dim,):
-            raise ValueError(f"observation has shape {np.shape(obs)}, the policy takes "
-                             f"({self.obs_dim},)")
-        self._buffer[0] = obs
-        return self.session.run(self._outputs, {self._input_name: self._buffer})[0][0]
+    def _run(self, batch: np.ndarray) -> np.ndarray:
+        return self.session.run(self._outputs, {self._input_name: batch})[0]
+
+
+class TorchPolicy(ExportedPolicy):
+    """A pt2 (``torch.export``) or TorchScript export run by torch on the CPU."""
+
+    def __init__(self, path: str, threads: int = 1) -> None:
+        import torch
+
+        from robotrl.sim2real.export import read_metadata
+        from robotrl.sim2real.verify import load_torch_module
+
+        metadata = read_metadata(path)
+        super().__init__(metadata)
+        fmt = metadata.get("format") or ("pt2" if str(path).endswith(".pt2") else "torchscript")
+        torch.set_num_threads(threads)
+        self._torch = torch
+        self.module = load_torch_module(str(path), fmt)
+
+    def _run(self, batch: np.ndarray) -> np.ndarray:
+        with self._torch.no_grad():
+            return self.module(self._torch.from_numpy(batch)).numpy()
+
+
+def load_policy(path: str, threads: int = 1) -> ExportedPolicy:
+    """The exported policy at ``path``: ONNX in onnxruntime, pt2/TorchScript archives in torch."""
+    import zipfile
+
+    return (TorchPolicy if zipfile.is_zipfile(path) else OnnxPolicy)(path, threads)
 
 
 class SimSource:
@@ -204,7 +245,7 @@ def run_loop(
     """Run ``round(cfg.seconds * cfg.hz)`` ticks; see the module docstring for the safety rules.
 
     Args:
-        policy: obs [obs_dim] float32 -> action [act_dim] (an ``OnnxPolicy``).
+        policy: obs [obs_dim] float32 -> action [act_dim] (a ``load_policy`` result).
         source: where observations come from and actions go.
         cfg: rate, duration and limits.
         low, high: [act_dim] action bounds.

@@ -1,4 +1,4 @@
-"""Export a ``DeterministicActor`` to ONNX or TorchScript, verified before anything is written.
+"""Export a ``DeterministicActor`` to ONNX, pt2 or TorchScript, verified before anything is written.
 
     actor = alg.export_actor()                                  # robotrl.nn.actor
     meta = build_metadata(actor, env.spec, config, algo="ppo")
@@ -7,8 +7,10 @@
 
 The file has one input ``obs`` [batch, obs_dim] float32 and one output ``action``
 [batch, act_dim] float32 (dynamic batch), and carries its metadata: ONNX ``metadata_props``
-(one key per field, JSON values) or a TorchScript extra file ``robotrl_metadata.json``.
-``read_metadata`` reads either. The serialized bytes are checked in onnxruntime and TorchScript
+(one key per field, JSON values) or, in the zip archives of pt2 (``torch.export.save``) and
+TorchScript, an extra file ``robotrl_metadata.json``. ``read_metadata`` reads any of them.
+ONNX and pt2 go through ``torch.export``; TorchScript through ``torch.jit.trace`` (deprecated by
+torch 2.14, kept while torch ships it). The serialized bytes are run (onnxruntime or torch)
 against the torch actor on the given observations; a mismatch over ``tol`` raises
 ``VerificationError`` and leaves no file.
 """
@@ -32,7 +34,7 @@ from robotrl.checkpoint import atomic_open
 from robotrl.envs.base import EnvSpec
 from robotrl.nn.actor import DeterministicActor
 from robotrl.sim2real.deploy import decode_onnx_metadata
-from robotrl.sim2real.verify import compare
+from robotrl.sim2real.verify import compare, quiet_torch
 
 INPUT_NAME = "obs"
 """Name of the exported model's input, [batch, obs_dim] float32."""
@@ -42,8 +44,9 @@ METADATA_FILE = "robotrl_metadata.json"
 """TorchScript extra file holding the metadata."""
 METADATA_VERSION = 1
 """Version of the metadata layout."""
-ONNX_OPSET = 17
-"""Opset 17 has LayerNormalization as one op (the residual networks use it)."""
+ONNX_OPSET = 18
+"""The lowest opset torch's ``torch.export``-based ONNX exporter emits natively (LayerNormalization
+is one op since 17; the residual networks use it)."""
 
 
 class ExportError(RuntimeError):
@@ -159,13 +162,8 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def check_traceable(actor: DeterministicActor) -> torch.jit.ScriptModule:
-    """Trace ``actor``; raise ``ExportError`` saying why if the trace would not be faithful.
-
-    A forward with Python control flow on tensor values, or that turns tensors into Python
-    numbers, traces into a graph frozen at the example input; torch flags it with a
-    ``TracerWarning``, which we treat as an error.
-    """
+def _check_forward(actor: DeterministicActor) -> torch.Tensor:
+    """A [2, obs_dim] example input after checking that ``actor`` maps it to [2, act_dim]."""
     example = actor.example_input(2)
     try:
         with torch.no_grad():
@@ -177,77 +175,116 @@ def check_traceable(actor: DeterministicActor) -> torch.jit.ScriptModule:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ExportError(f"the actor must map [B, {actor.obs_dim}] to [B, {actor.act_dim}], "
                           f"got {shape}")
+    return example
+
+
+_UNFAITHFUL = ("the actor cannot be traced faithfully: its forward depends on tensor values "
+               "through Python ({}). Export needs a pure tensor function of obs; remove "
+               "data-dependent `if`/`.item()`/`.tolist()` from the network.")
+
+
+def capture(actor: DeterministicActor) -> torch.export.ExportedProgram:
+    """``torch.export`` graph of ``actor`` with a dynamic batch dimension (pt2 and ONNX).
+
+    torch.export refuses Python control flow on tensor values instead of freezing one branch;
+    that refusal becomes an ``ExportError`` saying why.
+    """
+    example = _check_forward(actor)
+    batch = torch.export.Dim("batch")
+    try:
+        with quiet_torch():
+            return torch.export.export(actor, (example,), dynamic_shapes=({0: batch},))
+    except Exception as err:
+        reason = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        if "data-dependent" in str(err) or "data dependent" in str(err):
+            raise ExportError(_UNFAITHFUL.format(reason)) from err
+        raise ExportError(f"torch.export of the actor failed: {reason}") from err
+
+
+def serialize_pt2(actor: DeterministicActor, metadata: dict[str, Any]) -> tuple[bytes, list[str]]:
+    """``torch.export.save`` bytes (an ExportedProgram archive) with ``metadata`` as an extra
+    file; loads with ``torch.export.load`` and nothing of robotrl."""
+    buf = io.BytesIO()
+    program = capture(actor)
+    with quiet_torch():
+        torch.export.save(program, buf, extra_files={METADATA_FILE: _json(metadata)})
+    return buf.getvalue(), []
+
+
+def serialize_torchscript(actor: DeterministicActor,
+                          metadata: dict[str, Any]) -> tuple[bytes, list[str]]:
+    """TorchScript bytes of a traced actor, with ``metadata`` as an extra JSON file.
+
+    A trace with Python control flow on tensor values would freeze one branch; torch flags it
+    with a ``TracerWarning``, which is an error here. Torch's own deprecation warnings for
+    ``torch.jit`` (2.14 deprecates it) are replaced by one note in the report.
+    """
+    example = _check_forward(actor)
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated, still ships
-        warnings.simplefilter("always", torch.jit.TracerWarning)
+        warnings.simplefilter("always")
         try:
             # check_trace off: export_policy compares the result on 10k observations instead
             traced = torch.jit.trace(actor, example, check_trace=False)
         except Exception as err:
             raise ExportError(f"tracing the actor failed: {type(err).__name__}: {err}") from err
-    tracer = [str(w.message) for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
-    if tracer:
-        raise ExportError(
-            "the actor cannot be traced faithfully: its forward depends on tensor values "
-            f"through Python ({tracer[0]}). Export needs a pure tensor function of obs; remove "
-            "data-dependent `if`/`.item()`/`.tolist()` from the network."
-        )
-    return traced
-
-
-def serialize_torchscript(
-    traced: torch.jit.ScriptModule, example: torch.Tensor, metadata: dict[str, Any]
-) -> bytes:
-    """TorchScript bytes of a traced actor, with ``metadata`` as an extra JSON file."""
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+        tracer = [str(w.message) for w in caught
+                  if issubclass(w.category, torch.jit.TracerWarning)]
+        if tracer:
+            raise ExportError(_UNFAITHFUL.format(tracer[0]))
+        buf = io.BytesIO()
         torch.jit.save(traced, buf, _extra_files={METADATA_FILE: _json(metadata)})
-    return buf.getvalue()
+    deprecated = any(issubclass(w.category, (DeprecationWarning, FutureWarning))
+                     and "deprecated" in str(w.message) for w in caught)
+    notes = [f"torch {torch.__version__} deprecates TorchScript; this file still loads with "
+             "torch.jit.load, but prefer format=pt2 (torch.export: PyTorch, AOTInductor) or "
+             "format=onnx (onnxruntime, TensorRT)"] if deprecated else []
+    return buf.getvalue(), notes
 
 
-def serialize_onnx(
-    traced: torch.jit.ScriptModule, example: torch.Tensor, metadata: dict[str, Any]
-) -> bytes:
-    """ONNX bytes of a traced actor (dynamic batch), with ``metadata`` in ``metadata_props``.
+def serialize_onnx(actor: DeterministicActor, metadata: dict[str, Any]) -> tuple[bytes, list[str]]:
+    """ONNX bytes (dynamic batch) with ``metadata`` in ``metadata_props``.
 
-    ``example`` is an input [B, obs_dim] of the trace.
-
-    Uses the TorchScript-based exporter (``dynamo=False``) on the trace: it needs only the
-    ``onnx`` package, while the dynamo exporter also needs ``onnxscript``.
+    Uses torch's ``torch.export``-based ONNX exporter (the TorchScript-based one is deprecated
+    since torch 2.9); it needs ``onnx`` and ``onnxscript``.
     """
     try:
-        import onnx
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
     except ImportError:
-        raise ExportError("ONNX export needs the onnx package: pip install 'robotrl[onnx]'") from None
-    buf = io.BytesIO()
+        raise ExportError("ONNX export needs onnx and onnxscript: "
+                          "pip install 'robotrl[onnx]'") from None
+    program = capture(actor)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            # a trace has no Python signature to read input names from; ours are given
-            warnings.filterwarnings("ignore", "no signature found", UserWarning)
-            torch.onnx.export(
-                traced, (example,), buf, dynamo=False,
-                opset_version=ONNX_OPSET, input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+        with quiet_torch():
+            onnx_program = torch.onnx.export(
+                program, (actor.example_input(2),), dynamo=True, opset_version=ONNX_OPSET,
+                input_names=[INPUT_NAME], output_names=[OUTPUT_NAME], verbose=False,
             )
     except Exception as err:
         raise ExportError(f"ONNX export of the actor failed (opset {ONNX_OPSET}): "
                           f"{type(err).__name__}: {err}") from err
-    model = onnx.load_from_string(buf.getvalue())
+    model = onnx_program.model_proto
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     for key, value in metadata.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, _json(value)
     model.producer_name = "robotrl"
     model.producer_version = __version__
-    return model.SerializeToString()
+    return model.SerializeToString(), []
 
 
-FORMATS: dict[str, tuple[str, Callable[[torch.jit.ScriptModule, torch.Tensor, dict[str, Any]], bytes]]] = {
+FORMATS: dict[str, tuple[str, Callable[[DeterministicActor, dict[str, Any]],
+                                       tuple[bytes, list[str]]]]] = {
     "onnx": (".onnx", serialize_onnx),
+    "pt2": (".pt2", serialize_pt2),
     "torchscript": (".pt", serialize_torchscript),
 }
-"""Export format -> (file suffix, serializer of the traced actor)."""
+"""Export format -> (file suffix, serializer: (actor, metadata) -> (bytes, notes)).
+
+Pick ONNX for hardware runtimes (onnxruntime, TensorRT, robot computers without torch), pt2 for
+PyTorch deployments (``torch.export.load``, AOTInductor), TorchScript for existing libtorch C++
+code."""
 
 
 def export_policy(
@@ -259,45 +296,38 @@ def export_policy(
     tol: float = 1e-5,
     obs_source: str = "given",
 ) -> dict[str, Any]:
-    """Serialize ``actor`` as ``fmt``, verify it, then write ``out`` atomically.
+    """Serialize ``actor`` as ``fmt``, verify the bytes, then write ``out`` atomically.
 
-    Both formats are built and compared with the torch actor (onnxruntime is skipped, with a
-    note, only for a TorchScript export without it installed).
+    The serialized model is run (onnxruntime for ONNX, torch for pt2 and TorchScript) on
+    ``observations``, batched and row by row, and compared with the torch actor.
 
     Args:
         actor: the actor to export.
         fmt: a key of ``FORMATS``.
         out: destination file.
-        metadata: from ``build_metadata``; stored in the file.
+        metadata: from ``build_metadata``; stored in the file, with ``format`` added.
         observations: [M, obs_dim] raw observations to verify on (10k recorded ones).
-        tol: largest allowed max abs difference between torch and each backend.
+        tol: largest allowed max abs difference between torch and the exported model.
         obs_source: where ``observations`` came from, for the report.
 
     Returns:
-        The verification report (``compare``) plus ``format``, ``path`` and ``bytes``.
+        The verification report (``compare``) plus ``format``, ``path``, ``bytes`` and
+        ``notes`` (e.g. a deprecation of the format by this torch).
 
     Raises:
         ExportError: unknown format, untraceable actor, failed export, missing package.
-        VerificationError: a backend differs by more than ``tol``; nothing is written.
+        VerificationError: the model differs by more than ``tol``; nothing is written.
     """
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; available: {', '.join(FORMATS)}")
-    try:
-        import onnxruntime  # noqa: F401
-        have_ort = True
-    except ImportError:
-        have_ort = False
-    if fmt == "onnx" and not have_ort:
-        raise ExportError("verifying an ONNX export needs onnxruntime: "
-                          "pip install 'robotrl[onnx]'")
-    traced, example = check_traceable(actor), actor.example_input(2)
-    data = {"torchscript": serialize_torchscript(traced, example, metadata)}
-    notes = []
-    if have_ort:
-        data["onnx"] = serialize_onnx(traced, example, metadata)
-    else:
-        notes.append("onnxruntime not installed: the ONNX check was skipped")
-    report = compare(actor, observations, data, tol)
+    if fmt == "onnx":
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise ExportError("verifying an ONNX export needs onnxruntime: "
+                              "pip install 'robotrl[onnx]'") from None
+    data, notes = FORMATS[fmt][1](actor, {**metadata, "format": fmt})
+    report = compare(actor, observations, {fmt: data}, tol)
     report.update(format=fmt, obs_source=obs_source, notes=notes)
     if not report["passed"]:
         diffs = ", ".join(f"{k} {v:.3g}" for k, v in report["max_abs_diff"].items())
@@ -307,8 +337,8 @@ def export_policy(
             f"was written", report)
     path = Path(out)
     with atomic_open(path, "wb") as f:
-        f.write(data[fmt])
-    report.update(path=str(path), bytes=len(data[fmt]))
+        f.write(data)
+    report.update(path=str(path), bytes=len(data))
     return report
 
 
@@ -317,7 +347,7 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"exported model {str(path)!r} does not exist")
-    if zipfile.is_zipfile(path):  # TorchScript: a zip archive, extra files under */extra/
+    if zipfile.is_zipfile(path):  # pt2 and TorchScript: zip archives, extra files in */extra/
         with zipfile.ZipFile(path) as archive:
             names = [n for n in archive.namelist() if n.endswith(f"/extra/{METADATA_FILE}")]
             if not names:
@@ -331,6 +361,6 @@ def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     except Exception as err:
-        raise ValueError(f"{str(path)!r} is neither a TorchScript nor a valid ONNX file "
+        raise ValueError(f"{str(path)!r} is neither a pt2/TorchScript archive nor an ONNX file "
                          f"({type(err).__name__}: {err})") from None
     return decode_onnx_metadata(session.get_modelmeta().custom_metadata_map, path)

@@ -2,16 +2,18 @@
 
 ``record_observations`` rolls the torch actor out in the task's simulator (the states a deployed
 controller meets); ``sample_observations`` is the fallback without an env (Gaussian around the
-normalizer's statistics). ``compare`` runs the serialized model in onnxruntime and TorchScript
-on them, in one batch and row by row (a controller calls it with batch 1), and reports the
+normalizer's statistics). ``compare`` runs the serialized model (onnxruntime for ONNX, torch for
+pt2 and TorchScript) on them, in one batch and row by row (a controller calls it with batch 1), and reports the
 largest absolute difference from the torch actor per backend.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -67,22 +69,53 @@ def onnx_runner(data: bytes, threads: int = 1) -> Callable[[np.ndarray], np.ndar
     return lambda obs: session.run(None, {name: obs})[0]
 
 
-def torchscript_runner(data: bytes) -> Callable[[np.ndarray], np.ndarray]:
-    """obs [B, obs_dim] float32 -> action [B, act_dim] through the TorchScript interpreter."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated, still ships
-        module = torch.jit.load(io.BytesIO(data), map_location="cpu")
+@contextlib.contextmanager
+def quiet_torch() -> Iterator[None]:
+    """Silence torch's deprecation warnings and its exporters' log lines (torch.jit is deprecated
+    in 2.14, the ONNX exporter logs the torchvision ops it skips); robotrl says what matters in
+    its own words."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        logger.setLevel(level)
 
-    def run(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return module(torch.from_numpy(obs)).numpy()
 
-    return run
+def load_torch_module(data: bytes | str, fmt: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A pt2 (``torch.export.load``) or TorchScript (``torch.jit.load``) model, on the CPU."""
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
+    with quiet_torch():
+        if fmt == "pt2":
+            return torch.export.load(source).module()
+        if fmt == "torchscript":
+            return torch.jit.load(source, map_location="cpu")
+    raise ValueError(f"unknown torch format {fmt!r}; known: pt2, torchscript")
+
+
+def torch_runner(fmt: str) -> Callable[[bytes], Callable[[np.ndarray], np.ndarray]]:
+    """Loader of ``fmt`` bytes into obs [B, obs_dim] float32 -> action [B, act_dim] in torch."""
+
+    def load(data: bytes) -> Callable[[np.ndarray], np.ndarray]:
+        module = load_torch_module(data, fmt)
+
+        def run(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return module(torch.from_numpy(obs)).numpy()
+
+        return run
+
+    return load
 
 
 RUNNERS: dict[str, Callable[[bytes], Callable[[np.ndarray], np.ndarray]]] = {
     "onnx": onnx_runner,
-    "torchscript": torchscript_runner,
+    "pt2": torch_runner("pt2"),
+    "torchscript": torch_runner("torchscript"),
 }
 """Format -> loader of serialized bytes into a numpy function."""
 

@@ -31,9 +31,12 @@ from robotrl.sim2real.deploy import (  # noqa: E402
     DeployConfig,
     OnnxPolicy,
     SimSource,
+    TorchPolicy,
+    load_policy,
     run_loop,
 )
 from robotrl.sim2real.export import (  # noqa: E402
+    FORMATS,
     ExportError,
     VerificationError,
     config_sha256,
@@ -126,10 +129,60 @@ def test_export_torchscript(checkpoint, tmp_path: Path) -> None:  # noqa: ANN001
     export_main([f"checkpoint={path}", "format=torchscript", f"out={out}", "num_obs=1000"])
     meta = read_metadata(out)
     assert meta["task"] == "hopper" and meta["config_sha256"] == config_sha256(config)
-    with pytest.warns(DeprecationWarning):  # torch.jit is deprecated but still ships
-        module = torch.jit.load(str(out))
+    module = verify.load_torch_module(str(out), "torchscript")
     obs = torch.randn(7, 11)
     torch.testing.assert_close(module(obs), alg.act_deterministic(obs), atol=1e-5, rtol=0)
+
+
+PT2_CHILD = """
+import io, json, sys, zipfile
+sys.modules["robotrl"] = None  # the controller process has torch, not robotrl
+import torch
+path = sys.argv[1]
+extra = {"robotrl_metadata.json": ""}
+program = torch.export.load(path, extra_files=extra)
+meta = json.loads(extra["robotrl_metadata.json"])
+obs = torch.load(sys.argv[2])
+with torch.no_grad():
+    torch.save(program.module()(obs), sys.argv[3])
+print(meta["format"], meta["obs_dim"], meta["action_dim"])
+"""
+
+
+def test_export_pt2_runs_without_robotrl(checkpoint, tmp_path: Path) -> None:  # noqa: ANN001
+    path, config, alg = checkpoint
+    out = tmp_path / "policy.pt2"
+    export_main([f"checkpoint={path}", "format=pt2", f"out={out}", "num_obs=1000"])
+    meta = read_metadata(out)
+    assert meta["format"] == "pt2" and meta["config_sha256"] == config_sha256(config)
+    assert meta["observation_layout"] == [{"group": "policy", "offset": 0, "size": 11}]
+    obs = torch.randn(5, 11) * 2.0
+    torch.save(obs, tmp_path / "obs.pt")
+    child = subprocess.run([sys.executable, "-c", PT2_CHILD, str(out), str(tmp_path / "obs.pt"),
+                            str(tmp_path / "act.pt")], capture_output=True, text=True,
+                           timeout=300, cwd=tmp_path)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split() == ["pt2", "11", "3"]
+    torch.testing.assert_close(torch.load(tmp_path / "act.pt"), alg.act_deterministic(obs),
+                               atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("fmt", ["pt2", "torchscript"])
+def test_torch_formats_deploy(fmt: str, tmp_path: Path) -> None:
+    alg = _ppo()
+    actor = alg.export_actor()
+    meta = {"metadata_version": 1, "task": "hopper", "obs_dim": 11, "action_dim": 3,
+            "action_low": [-1.0] * 3, "action_high": [1.0] * 3}
+    out = tmp_path / f"p{FORMATS[fmt][0]}"
+    report = export_policy(actor, fmt, out, meta, torch.randn(100, 11) * 3.0)
+    assert report["passed"] and report["max_abs_diff"][fmt] <= 1e-5
+    # torchscript carries a note exactly when this torch deprecates torch.jit
+    assert all("prefer format=pt2" in note for note in report["notes"])
+    policy = load_policy(str(out))
+    assert isinstance(policy, TorchPolicy)
+    obs = np.random.default_rng(0).normal(size=11).astype(np.float32)
+    np.testing.assert_allclose(policy(obs), actor(torch.from_numpy(obs)[None])[0].numpy(),
+                               atol=1e-5)
 
 
 def test_delay_range_from_randomization_config() -> None:
@@ -162,7 +215,7 @@ def test_untraceable_actor_is_refused_with_the_reason(tmp_path: Path) -> None:
     out = tmp_path / "p.onnx"
     with pytest.raises(ExportError, match="cannot be traced faithfully.*data-dependent"):
         export_policy(_small_actor(_DataDependent()), "onnx", out, {}, torch.randn(8, 4))
-    with pytest.raises(ExportError, match="available: onnx, torchscript"):
+    with pytest.raises(ExportError, match="available: onnx, pt2, torchscript"):
         export_policy(_small_actor(), "tflite", out, {}, torch.randn(8, 4))
     assert list(tmp_path.iterdir()) == []
 
@@ -317,8 +370,8 @@ def test_cli_export_then_deploy(checkpoint, tmp_path: Path) -> None:  # noqa: AN
     assert "model call" in printed and "missed deadlines" in printed
     report = json.loads(out.read_text())
     assert report["ticks"] == 100 and set(report["model_ms"]) == {"p50", "p99", "max"}
-    with pytest.raises(SystemExit, match="deploy runs ONNX models"):
+    with pytest.raises(SystemExit, match="deploy runs the ONNX, pt2 and TorchScript"):
         deploy_main([f"model={path}"])  # a checkpoint, not an export
-    with pytest.raises(SystemExit, match="available: onnx, torchscript"):
+    with pytest.raises(SystemExit, match="available: onnx, pt2, torchscript"):
         export_main([f"checkpoint={path}", "format=tflite"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deploy.json", "policy.onnx"]

@@ -1,4 +1,4 @@
-"""``robotrl deploy model=FILE.onnx [hz=500] [seconds=10] [source=sim|module:attr] [task=...]``."""
+"""``robotrl deploy model=FILE.onnx|.pt2|.pt [hz=500] [seconds=10] [source=sim|module:attr] [task=...]``."""
 
 from __future__ import annotations
 
@@ -40,11 +40,17 @@ def deploy_main(argv: list[str]) -> None:
 
     from robotrl.checkpoint import atomic_open
     from robotrl.logging import console
-    from robotrl.sim2real.deploy import DeployConfig, OnnxPolicy, SimSource, format_report, run_loop
+    from robotrl.sim2real.deploy import (
+        DeployConfig,
+        SimSource,
+        format_report,
+        load_policy,
+        run_loop,
+    )
 
     args = parse_kv(argv, KEYS)
     if "model" not in args:
-        raise SystemExit("robotrl deploy needs model=FILE.onnx (from robotrl export)")
+        raise SystemExit("robotrl deploy needs model=FILE (.onnx, .pt2 or .pt from robotrl export)")
     try:
         cfg = DeployConfig(
             hz=float(args.get("hz", 500.0)), seconds=float(args.get("seconds", 10.0)),
@@ -60,12 +66,13 @@ def deploy_main(argv: list[str]) -> None:
     if not Path(model).is_file():
         raise SystemExit(f"error: model {model!r} does not exist")
     try:
-        policy = OnnxPolicy(model, threads=cfg.threads)
+        policy = load_policy(model, threads=cfg.threads)
     except ImportError:
-        raise SystemExit("deploy needs onnxruntime: pip install 'robotrl[onnx]'") from None
-    except Exception as err:  # noqa: BLE001 - onnxruntime raises its own exception types
-        raise SystemExit(f"error: {model!r} is not a robotrl ONNX export ({err}); deploy runs "
-                         "ONNX models from `robotrl export format=onnx`") from None
+        raise SystemExit("deploying an ONNX model needs onnxruntime: "
+                         "pip install 'robotrl[onnx]'") from None
+    except Exception as err:  # noqa: BLE001 - onnxruntime and torch raise their own types
+        raise SystemExit(f"error: {model!r} is not a robotrl export ({err}); deploy runs the "
+                         "ONNX, pt2 and TorchScript files of `robotrl export`") from None
     task = str(args.get("task", policy.metadata.get("task", "")))
     # the options the policy was trained with (they can change the observation), unless the
     # task is overridden

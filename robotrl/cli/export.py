@@ -1,4 +1,4 @@
-"""``robotrl export checkpoint=PATH format=onnx|torchscript [out=FILE] [num_obs=10000]``."""
+"""``robotrl export checkpoint=PATH format=onnx|pt2|torchscript [out=FILE] [num_obs=10000]``."""
 
 from __future__ import annotations
 

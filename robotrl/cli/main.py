@@ -15,10 +15,10 @@ commands:
           robotrl train resume=runs/.../checkpoints/last.pt
   eval    evaluate a checkpoint: robotrl eval checkpoint=PATH episodes=20 [out=FILE.json] [video=true]
   demo    step a batch of simulated worlds and print throughput: robotrl demo [task=ant num_envs=256]
-  export  export a checkpoint's deterministic actor, verified in onnxruntime and TorchScript:
-          robotrl export checkpoint=PATH format=onnx|torchscript [out=FILE] [num_obs=10000]
-  deploy  run an exported ONNX policy in a fixed-rate control loop with safety limits:
-          robotrl deploy model=FILE.onnx [hz=500] [seconds=10] [source=sim|module:attr]
+  export  export a checkpoint's deterministic actor, verified on rollout observations:
+          robotrl export checkpoint=PATH format=onnx|pt2|torchscript [out=FILE] [num_obs=10000]
+  deploy  run an exported policy in a fixed-rate control loop with safety limits:
+          robotrl deploy model=FILE.onnx|.pt2|.pt [hz=500] [seconds=10] [source=sim|module:attr]
                  [task=NAME] [max_delta=0.1] [timeout_ms=1] [safe_action=last|default]
   gap     sim-to-sim gap: returns on a grid of perturbed physics: robotrl gap checkpoint=PATH
 """
