@@ -34,7 +34,7 @@ from robotrl.envs.jax_bridge import (
     with_fields,
 )
 from robotrl.envs.randomization import RandomizationConfig, resolve
-from robotrl.envs.randomizer import SEED_OFFSET, DomainRandomizer, RandomizedEnv
+from robotrl.envs.randomizer import DomainRandomizer, RandomizedEnv, randomization_seed
 
 # robotrl task names that differ from Brax's; every other name goes to Brax as is
 _ALIASES = {"half_cheetah": "halfcheetah", "humanoid_standup": "humanoidstandup"}
@@ -200,7 +200,7 @@ class BraxEnv(RandomizedEnv, BatchedEnv):
         obs = jax.eval_shape(self.brax_env.reset, jax.random.PRNGKey(0)).obs
         obs_dim = int(obs.shape[-1])
         return MjxRandomizer(cfg, sys.mj_model, sys, obs_dim, self.num_envs,
-                             self._seed + SEED_OFFSET, self.device)
+                             randomization_seed(self._seed), self.device)
 
     def _next_keys(self) -> jax.Array:
         keys = jax.random.split(self._key, self.num_envs + 1)
@@ -223,7 +223,7 @@ class BraxEnv(RandomizedEnv, BatchedEnv):
         if seed is not None:
             self._key = jax.device_put(jax.random.PRNGKey(seed), self._jdev)
             if dr is not None:
-                dr.gen.manual_seed(seed + SEED_OFFSET)
+                dr.gen.manual_seed(randomization_seed(seed))
         if dr is not None:
             dr.on_reset(self._all_worlds())
         self._state = self._first = self._reset_fn(self._next_keys(), self._model_fields())

@@ -61,7 +61,7 @@ from robotrl.envs.jax_bridge import (
     with_fields,
 )
 from robotrl.envs.randomization import RandomizationConfig, resolve
-from robotrl.envs.randomizer import SEED_OFFSET, DomainRandomizer, RandomizedEnv
+from robotrl.envs.randomizer import DomainRandomizer, RandomizedEnv, randomization_seed
 from robotrl.envs.tasks.base import MujocoTask
 
 MAX_STATE = 1e10
@@ -257,7 +257,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         from robotrl.envs.mjx_randomization import MjxRandomizer
 
         return MjxRandomizer(cfg, self.model, self.mjx_model, self.task.obs_dim, self.num_envs,
-                             self._seed + SEED_OFFSET, self.device)
+                             randomization_seed(self._seed), self.device)
 
     def _reset_fields(self) -> dict[str, torch.Tensor]:
         qpos, qvel = self.task.reset_state(self.num_envs, self._gen)
@@ -272,7 +272,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         if seed is not None:
             self._gen.manual_seed(seed)
             if dr is not None:
-                dr.gen.manual_seed(seed + SEED_OFFSET)
+                dr.gen.manual_seed(randomization_seed(seed))
         with self._device_scope():
             mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
             if dr is not None:

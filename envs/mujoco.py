@@ -24,7 +24,7 @@ from mujoco.batch import Batch, SimulationError
 
 from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action, end_unstable
 from robotrl.envs.randomization import RandomizationConfig, resolve
-from robotrl.envs.randomizer import SEED_OFFSET, BatchRandomizer, RandomizedEnv
+from robotrl.envs.randomizer import BatchRandomizer, RandomizedEnv, randomization_seed
 from robotrl.envs.tasks.base import MujocoTask
 
 _STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
@@ -201,7 +201,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         if seed is not None:
             self._gen.manual_seed(seed)
             if self._dr is not None:
-                self._dr.gen.manual_seed(seed + SEED_OFFSET)
+                self._dr.gen.manual_seed(randomization_seed(seed))
         self._reset_worlds(np.arange(self.num_envs, dtype=np.int32))
         obs = self.task.observe(self.sim)
         return self._out(obs if self._dr is None else self._dr.observe(obs))
@@ -325,7 +325,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
     # ------------------------------------------------------------------ randomization
     def _make_randomizer(self, cfg: RandomizationConfig) -> BatchRandomizer:
         return BatchRandomizer(cfg, self.batch, self.model, self.task.obs_dim,
-                               self._seed + SEED_OFFSET)
+                               randomization_seed(self._seed))
 
     def close(self) -> None:
         renderer = getattr(self, "_renderer", None)

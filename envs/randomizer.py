@@ -4,7 +4,7 @@
 the env's device), draws new ones for the worlds in a boolean mask at their reset (and every
 ``resample_interval`` steps), and does the observation/action noise, action delay and push
 arithmetic around the physics step; everything comes from one explicit ``torch.Generator``
-seeded from the env seed (``SEED_OFFSET``). The backends say how values reach their physics:
+seeded from the env seed's ``randomization`` stream (``robotrl.seeding``). The backends say how values reach their physics:
 ``BatchRandomizer`` (native) writes them into the per-simulation model fields of
 ``mujoco.batch.Batch`` and calls ``Batch.set_const``; ``MjxRandomizer``
 (``envs/mjx_randomization.py``) hands them to the jitted MJX/Brax step as a vmapped model.
@@ -29,6 +29,7 @@ from robotrl.envs.randomization import (
     Range,
     resolve,
 )
+from robotrl.seeding import derive_seed
 
 
 class DomainRandomizer:
@@ -269,9 +270,10 @@ class DomainRandomizer:
         self._push_timer.copy_(state["push_timer"].to(dev))
 
 
-SEED_OFFSET = 0x5DEECE66D
-"""The randomization generator's seed is the env seed plus this (another stream), so turning
-randomization on leaves the reset distribution's draws unchanged."""
+def randomization_seed(env_seed: int) -> int:
+    """Seed of the randomization generator: the env seed's ``randomization`` stream, so turning
+    randomization on leaves the reset distribution's draws unchanged."""
+    return derive_seed(env_seed, "randomization")
 
 
 class RandomizedEnv:

@@ -102,7 +102,8 @@ def test_cli_train_then_eval(tmp_path: Path) -> None:
     )
     assert ev.returncode == 0, ev.stderr
     result = json.loads(out.read_text())
-    assert set(result) == {"return_mean", "return_std", "length_mean", "episodes"}
+    assert set(result) == {"return_mean", "return_std", "length_mean", "episodes", "seeds"}
+    assert set(result["seeds"]) == {"root", "eval-env", "eval-reset"}
     assert result["episodes"] == 3
 
 

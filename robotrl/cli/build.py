@@ -15,6 +15,7 @@ from robotrl.envs.wrappers import RecordEpisodeStatistics
 from robotrl.runners.base import Runner, RunnerSettings
 from robotrl.runners.off_policy import OffPolicyRunner
 from robotrl.runners.on_policy import OnPolicyRunner
+from robotrl.seeding import derive_seed
 
 
 def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
@@ -66,7 +67,7 @@ def build_runner(cfg: TrainConfig) -> Runner:
     alg = build_algo(cfg, env.spec)
 
     def make_eval_env() -> BatchedEnv:
-        return build_env(cfg, cfg.eval_episodes, cfg.seed + 7919, train=False)
+        return build_env(cfg, cfg.eval_episodes, derive_seed(cfg.seed, "eval-env"), train=False)
 
     settings = RunnerSettings(
         total_steps=cfg.total_steps,

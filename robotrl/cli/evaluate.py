@@ -29,6 +29,7 @@ def eval_main(argv: list[str]) -> None:
     from robotrl.cli.build import build_algo, build_env, load_run
     from robotrl.logging import console
     from robotrl.runners.evaluation import evaluate
+    from robotrl.seeding import derive_seed
 
     args = parse_kv(argv, {"checkpoint": str, "episodes": int, "out": str, "video": bool,
                            "seed": int, "device": str})
@@ -38,7 +39,9 @@ def eval_main(argv: list[str]) -> None:
     episodes = int(args.get("episodes", 20))
     if episodes < 1:
         raise SystemExit(f"episodes must be >= 1, got {episodes}")
-    env = build_env(cfg, episodes, int(args.get("seed", cfg.seed + 7919)), train=False)
+    root = int(args.get("seed", cfg.seed))  # seed=S evaluates as a run seeded S would
+    seeds = {name: derive_seed(root, name) for name in ("eval-env", "eval-reset")}
+    env = build_env(cfg, episodes, seeds["eval-env"], train=False)
     alg = build_algo(cfg, env.spec, ckpt["algo"])
     device = torch.device(cfg.device)
 
@@ -66,7 +69,8 @@ def eval_main(argv: list[str]) -> None:
                 writer.append_data(e.render(0))
                 done["ended"] = bool(out.terminated[0] | out.truncated[0])
 
-    result = evaluate(policy, env, seed=int(args.get("seed", cfg.seed + 1_000_003)), on_step=on_step)
+    result = evaluate(policy, env, seed=seeds["eval-reset"], on_step=on_step)
+    result["seeds"] = {"root": root, **seeds}
     if writer is not None:
         writer.close()
         console.print(f"video written to {video_path}")

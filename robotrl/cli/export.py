@@ -22,6 +22,7 @@ def export_main(argv: list[str]) -> None:
     from robotrl.cli.build import build_algo, build_env, load_run
     from robotrl.config import algo_name
     from robotrl.logging import console
+    from robotrl.seeding import derive_seed
     from robotrl.sim2real.export import FORMATS, ExportError, build_metadata, export_policy
     from robotrl.sim2real.verify import record_observations, sample_observations
 
@@ -37,7 +38,7 @@ def export_main(argv: list[str]) -> None:
         raise SystemExit(f"num_obs must be >= 1, got {num_obs}")
     torch.set_num_threads(1)
     cfg, ckpt = load_run(str(args["checkpoint"]), "cpu")
-    seed = int(args.get("seed", cfg.seed + 104_729))
+    seed = derive_seed(int(args.get("seed", cfg.seed)), "export-check")
     env = build_env(cfg, ROLLOUT_WORLDS, seed, train=False)
     alg = build_algo(cfg, env.spec, ckpt["algo"])
     name = algo_name(cfg.algo)

@@ -23,7 +23,7 @@ from robotrl.envs.base import BatchedEnv
 from robotrl.envs.wrappers import finished_episodes
 from robotrl.logging import Logger, ProgressBar, console
 from robotrl.runners.evaluation import evaluate
-from robotrl.seeding import rng_state, set_rng_state
+from robotrl.seeding import derive_seed, rng_state, seed_streams, set_rng_state
 from robotrl.types import OffPolicyAlgorithm, OnPolicyAlgorithm
 
 
@@ -50,7 +50,7 @@ class RunnerSettings:
     tensorboard: bool = True
     """Write TensorBoard events."""
     seed: int = 0
-    """Seed of evaluation resets."""
+    """The run seed; evaluation resets use its ``eval-reset`` stream (``robotrl.seeding``)."""
 
 
 class Runner:
@@ -95,6 +95,7 @@ class Runner:
             "recent_returns": list(self.recent_returns),
             "recent_lengths": list(self.recent_lengths),
             "rng": rng_state(),
+            "seeds": seed_streams(self.s.seed),
         }
         return save_checkpoint(path or self.checkpoint_path, payload)
 
@@ -217,7 +218,7 @@ class Runner:
         def policy(obs: torch.Tensor) -> torch.Tensor:
             return self.alg.act_deterministic(obs.to(dev)).to(self._eval_env.device)
 
-        result = evaluate(policy, self._eval_env, seed=self.s.seed + 1_000_003)
+        result = evaluate(policy, self._eval_env, seed=derive_seed(self.s.seed, "eval-reset"))
         self.last_eval = result
         return {"eval/return": result["return_mean"], "eval/return_std": result["return_std"],
                 "eval/length": result["length_mean"]}
