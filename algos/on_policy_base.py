@@ -10,7 +10,7 @@ Subclasses add their optimizers and ``update``.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
@@ -20,6 +20,10 @@ from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.normalizer import RunningNormalizer
 from robotrl.nn.policy import GaussianActorCritic
 from robotrl.storage.rollout import RolloutBuffer
+
+if TYPE_CHECKING:
+    from robotrl.envs.base import EnvSpec
+    from robotrl.types import BuildContext
 
 
 class GaussianOnPolicyConfig(Protocol):
@@ -83,6 +87,12 @@ class GaussianOnPolicy:
         self.generator.manual_seed(seed)
         self._gamma, self._gae_lambda = cfg.gamma, cfg.gae_lambda
         self._pending = False  # act() recorded a step that process_env_step() has not closed
+
+    @classmethod
+    def build(cls, spec: EnvSpec, cfg: Any, ctx: BuildContext) -> GaussianOnPolicy:
+        """The learner for an env with ``spec`` (observation size, action bounds), ``cfg`` its
+        config, on ``ctx.device`` for ``ctx.num_envs`` worlds (``robotrl.registry``)."""
+        return cls(spec.obs_dim, spec.action_low, spec.action_high, ctx.num_envs, cfg, ctx.device)
 
     def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
         obs = obs.to(self.device, torch.float32)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -26,6 +26,10 @@ from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.nn.squashed_gaussian import SquashedGaussianActor
 from robotrl.storage.replay import ReplayBuffer
+
+if TYPE_CHECKING:
+    from robotrl.envs.base import EnvSpec
+    from robotrl.types import BuildContext
 
 
 @dataclass
@@ -228,6 +232,12 @@ class SAC:
         self.owed_updates = 0.0
         """Updates earned by stored transitions (utd_ratio each) but not yet done."""
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @classmethod
+    def build(cls, spec: EnvSpec, cfg: Any, ctx: BuildContext) -> SAC:
+        """The learner for an env with ``spec`` (observation size, action bounds), ``cfg`` its
+        config, on ``ctx.device`` for ``ctx.num_envs`` worlds (``robotrl.registry``)."""
+        return cls(spec.obs_dim, spec.action_low, spec.action_high, ctx.num_envs, cfg, ctx.device)
 
     # ------------------------------------------------------------------ acting
     def _to_env(self, action: torch.Tensor) -> torch.Tensor:

@@ -87,6 +87,10 @@ class BatchedEnv(ABC):
         """Restore worlds ``env_ids`` ([K] long, all when None) from ``state`` [K, S]."""
         raise NotImplementedError(f"{type(self).__name__} cannot restore a state")
 
+    def render(self, env_id: int = 0) -> Any:
+        """An RGB frame [H, W, 3] uint8 of world ``env_id``; backends without a renderer raise."""
+        raise NotImplementedError(f"the {type(self).__name__} backend cannot render")
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue the batch exactly (checkpointing); see backends."""
         raise NotImplementedError(f"{type(self).__name__} cannot checkpoint its state")

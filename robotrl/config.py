@@ -7,19 +7,12 @@ composed mapping into them, failing on unknown keys (naming the allowed ones) an
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import types
 import typing
 from typing import Any, Union
 
 from robotrl.envs.randomization import RandomizationConfig
-
-# algorithm name -> (module, config class, algorithm class); imported on demand
-ALGORITHMS: dict[str, tuple[str, str, str]] = {
-    "ppo": ("robotrl.algos.ppo", "PPOConfig", "PPO"),
-    "trpo": ("robotrl.algos.trpo", "TRPOConfig", "TRPO"),
-    "sac": ("robotrl.algos.sac", "SACConfig", "SAC"),
-}
+from robotrl.registry import ALGORITHMS, algo_config_class, algo_name
 
 
 @dataclasses.dataclass
@@ -93,20 +86,6 @@ class TrainConfig:
     """Evaluate deterministically every this many iterations (0: only at the end)."""
     eval_episodes: int = 10
     """Episodes per evaluation (one per evaluation world)."""
-
-
-def algo_classes(name: str) -> tuple[type, type]:
-    """(config dataclass, algorithm class) of algorithm ``name``."""
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown algo {name!r}; available: {', '.join(ALGORITHMS)}")
-    module_name, cfg_cls, alg_cls = ALGORITHMS[name]
-    module = importlib.import_module(module_name)
-    return getattr(module, cfg_cls), getattr(module, alg_cls)
-
-
-def algo_config_class(name: str) -> type:
-    """The config dataclass of algorithm ``name``."""
-    return algo_classes(name)[0]
 
 
 def _check_type(value: Any, hint: Any, path: str) -> Any:
@@ -192,14 +171,6 @@ def _algo_from_dict(value: Any) -> Any:
     fields = dict(value)
     name = fields.pop("name")
     return from_dict(algo_config_class(name), fields, "algo")
-
-
-def algo_name(algo_cfg: Any) -> str:
-    """Registry name of an algorithm config instance."""
-    for name in ALGORITHMS:
-        if type(algo_cfg) is algo_config_class(name):
-            return name
-    raise ValueError(f"unregistered algorithm config {type(algo_cfg).__name__}")
 
 
 def to_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -1,21 +1,45 @@
-"""Protocols shared across layers: what a runner may call on an algorithm."""
+"""Protocols shared across layers: how learners are built and what a runner may call on them."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import dataclasses
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+if TYPE_CHECKING:
+    from robotrl.envs.base import EnvSpec
+    from robotrl.nn.actor import DeterministicActor
 
-class OnPolicyAlgorithm(Protocol):
-    """An algorithm the on-policy runner drives (PPO, TRPO, ...).
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+    """Where and at what scale a learner runs (everything but its own config and the spec)."""
+
+    device: torch.device
+    """Learner device."""
+    num_envs: int
+    """Worlds the learner acts in at once (N of every [N, ...] tensor it sees)."""
+    rank: int = 0
+    """This process's data-parallel rank."""
+    world_size: int = 1
+    """Number of data-parallel ranks."""
+
+
+class Learner(Protocol):
+    """What every algorithm provides: built from (spec, config, context), acts, learns, saves.
 
     ``act`` and ``process_env_step`` run under ``torch.inference_mode()`` during collection;
-    ``update`` runs outside it. Shapes: N = num_envs.
+    ``update`` runs outside it. Shapes: N = ``ctx.num_envs``.
     """
 
+    @classmethod
+    def build(cls, spec: EnvSpec, cfg: Any, ctx: BuildContext) -> Learner:
+        """The learner for an env with ``spec``, configured by ``cfg``, placed by ``ctx``."""
+        ...
+
     def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Sample actions [N, act_dim] for obs [N, obs_dim]; record what the update needs."""
+        """Actions [N, act_dim] for obs [N, obs_dim]; records what the update needs."""
         ...
 
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
@@ -27,41 +51,28 @@ class OnPolicyAlgorithm(Protocol):
         """Record the step's outcome: reward [N], terminated/truncated [N] bool, final_obs [N, D]."""
         ...
 
+    def update(self, progress: float) -> dict[str, float]:
+        """Learn; ``progress`` in [0, 1] is the fraction of training done. May return {}."""
+        ...
+
+    def export_actor(self) -> DeterministicActor:
+        """Frozen deterministic actor for sim2real export (``robotrl.nn.actor``)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class OnPolicyAlgorithm(Learner, Protocol):
+    """A learner the ``on_policy`` runner drives (PPO, TRPO): rollouts closed by
+    ``compute_returns``, then ``update`` learns from them."""
+
     def compute_returns(self, last_obs: torch.Tensor) -> None:
         """Close the rollout with the observation [N, obs_dim] after its last step."""
         ...
 
-    def update(self, progress: float) -> dict[str, float]:
-        """Learn from the rollout; ``progress`` in [0, 1] is the fraction of training done."""
-        ...
 
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-class OffPolicyAlgorithm(Protocol):
-    """An algorithm the off-policy runner drives (SAC, ...): it stores transitions in its own
-    replay buffer and learns from it. Same call order as on-policy, without ``compute_returns``.
-    """
-
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Exploration actions [N, act_dim] for obs [N, obs_dim]; remembers (obs, action)."""
-        ...
-
-    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
-        """Deterministic actions [N, act_dim] for evaluation; records nothing."""
-        ...
-
-    def process_env_step(self, reward: torch.Tensor, terminated: torch.Tensor,
-                         truncated: torch.Tensor, final_obs: torch.Tensor) -> None:
-        """Store the transitions: reward [N], flags [N] bool, final_obs [N, D] = next states."""
-        ...
-
-    def update(self, progress: float) -> dict[str, float]:
-        """Do the gradient updates the stored transitions earned; may return {} (warm-up)."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+class OffPolicyAlgorithm(Learner, Protocol):
+    """A learner the ``off_policy`` runner drives (SAC): it stores transitions in its own replay
+    buffer (``process_env_step``) and learns from it (``update``)."""

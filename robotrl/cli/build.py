@@ -8,14 +8,14 @@ from typing import Any
 import torch
 
 from robotrl.checkpoint import CheckpointError, load_checkpoint
-from robotrl.config import TrainConfig, algo_classes, algo_name, from_dict, to_dict
+from robotrl.config import TrainConfig, from_dict, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
 from robotrl.envs.randomization import RandomizationConfig
 from robotrl.envs.wrappers import RecordEpisodeStatistics
+from robotrl.registry import algo_name, algorithm, learner_class, runner_class
 from robotrl.runners.base import Runner, RunnerSettings
-from robotrl.runners.off_policy import OffPolicyRunner
-from robotrl.runners.on_policy import OnPolicyRunner
 from robotrl.seeding import derive_seed
+from robotrl.types import BuildContext, Learner
 
 
 def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
@@ -37,12 +37,12 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
     return RecordEpisodeStatistics(env) if train else env
 
 
-def build_algo(cfg: TrainConfig, spec: EnvSpec, state: dict[str, Any] | None = None) -> Any:
-    """The learner for ``cfg.algo``, sized for ``spec`` and ``cfg.num_envs`` training worlds;
-    with ``state`` (a checkpoint's ``"algo"`` entry) it carries the trained weights."""
-    _, alg_cls = algo_classes(algo_name(cfg.algo))
-    alg = alg_cls(spec.obs_dim, spec.action_low, spec.action_high, cfg.num_envs, cfg.algo,
-                  torch.device(cfg.device))
+def build_algo(cfg: TrainConfig, spec: EnvSpec, state: dict[str, Any] | None = None) -> Learner:
+    """The learner for ``cfg.algo`` (its registry entry's ``build``), sized for ``spec`` and
+    ``cfg.num_envs`` training worlds; with ``state`` (a checkpoint's ``"algo"`` entry) it
+    carries the trained weights."""
+    ctx = BuildContext(device=torch.device(cfg.device), num_envs=cfg.num_envs)
+    alg = learner_class(algo_name(cfg.algo)).build(spec, cfg.algo, ctx)
     if state is not None:
         alg.load_state_dict(state)
     return alg
@@ -61,8 +61,7 @@ def load_run(checkpoint: str, device: str = "cpu") -> tuple[TrainConfig, dict[st
 
 
 def build_runner(cfg: TrainConfig) -> Runner:
-    """Env + algorithm + runner for a training run (on-policy if the algorithm closes
-    rollouts with ``compute_returns``, else off-policy)."""
+    """Env + algorithm + the runner of the kind its registry entry names."""
     env = build_env(cfg, cfg.num_envs, cfg.seed)
     alg = build_algo(cfg, env.spec)
 
@@ -81,6 +80,6 @@ def build_runner(cfg: TrainConfig) -> Runner:
         tensorboard=cfg.logger.tensorboard,
         seed=cfg.seed,
     )
-    runner_cls = OnPolicyRunner if hasattr(alg, "compute_returns") else OffPolicyRunner
+    runner_cls = runner_class(algorithm(algo_name(cfg.algo)).runner)
     return runner_cls(env, alg, settings, torch.device(cfg.device), make_eval_env,
                       config=to_dict(cfg))

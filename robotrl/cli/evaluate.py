@@ -51,11 +51,11 @@ def eval_main(argv: list[str]) -> None:
     on_step, writer = None, None
     if args.get("video"):
         video_path = Path(str(args.get("out", "eval.json"))).with_suffix(".mp4")
-        if not hasattr(env, "render"):
-            raise SystemExit(f"the {cfg.backend.name} backend cannot render")
         try:
             env.reset()
             env.render(0)
+        except NotImplementedError:
+            raise SystemExit(f"the {cfg.backend.name} backend cannot render") from None
         except Exception as err:  # noqa: BLE001 - GL backends fail in many ways
             raise SystemExit(
                 f"offscreen rendering is not available ({type(err).__name__}: {err}); "

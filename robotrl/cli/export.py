@@ -20,7 +20,7 @@ def export_main(argv: list[str]) -> None:
     import torch
 
     from robotrl.cli.build import build_algo, build_env, load_run
-    from robotrl.config import algo_name
+    from robotrl.registry import algo_name
     from robotrl.logging import console
     from robotrl.seeding import derive_seed
     from robotrl.sim2real.export import FORMATS, ExportError, build_metadata, export_policy
@@ -42,12 +42,10 @@ def export_main(argv: list[str]) -> None:
     env = build_env(cfg, ROLLOUT_WORLDS, seed, train=False)
     alg = build_algo(cfg, env.spec, ckpt["algo"])
     name = algo_name(cfg.algo)
-    if not hasattr(alg, "export_actor"):
-        raise SystemExit(f"error: algorithm {name!r} has no export_actor(); it cannot be exported")
     try:
         actor = alg.export_actor()
         metadata = build_metadata(actor, env.spec, ckpt["config"], name)
-    except (ExportError, ValueError) as err:
+    except (ExportError, ValueError, NotImplementedError) as err:
         raise SystemExit(f"error: cannot export {args['checkpoint']}: {err}") from None
     try:
         obs, source = record_observations(actor, env, num_obs, seed), "rollout"

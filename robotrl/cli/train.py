@@ -18,11 +18,11 @@ from robotrl.config import (
     LoggerConfig,
     RandomizationConfig,
     TrainConfig,
-    algo_config_class,
     from_dict,
     to_dict,
     validate,
 )
+from robotrl.registry import algo_config_class
 
 GROUPS = ("algo", "env", "backend", "logger", "randomization")
 
