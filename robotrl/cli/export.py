@@ -20,8 +20,8 @@ def export_main(argv: list[str]) -> None:
     import torch
 
     from robotrl.cli.build import build_algo, build_env, load_run
-    from robotrl.registry import algo_name
     from robotrl.logging import console
+    from robotrl.registry import algo_name
     from robotrl.seeding import derive_seed
     from robotrl.sim2real.export import FORMATS, ExportError, build_metadata, export_policy
     from robotrl.sim2real.verify import record_observations, sample_observations
