@@ -3,8 +3,8 @@
 Nothing here knows about PPO, GRPO or TRPO. Tensors are "elements": one per action for control
 (``[B]``) or one per token for sequences (``[B, L]`` with a ``[B, L]`` mask). PPO uses
 ``policy_loss`` + ``value_loss``; GRPO uses ``policy_loss`` on group-relative advantages, with
-``kl_k3`` towards a reference policy; TRPO uses ``surrogate`` (unclipped) with a closed-form
-Gaussian KL for its trust region. Metrics are detached tensors, so callers decide when to sync.
+``kl_k3`` towards a reference policy; TRPO uses ``surrogate_loss`` (unclipped) with the
+closed-form ``gaussian_kl`` for its trust region. Metrics are detached tensors, so callers decide when to sync.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.distributions import Normal, kl_divergence
 
 
 def clipped_surrogate(
@@ -57,6 +58,33 @@ def surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor
         [...] per-element loss ``-exp(log_ratio) * advantages``.
     """
     return -torch.exp(log_ratio) * advantages
+
+
+def surrogate_loss(
+    logp_new: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """TRPO's policy loss: the mean unclipped surrogate ``-mean(r A)`` (Schulman et al. 2015).
+
+    Args:
+        logp_new: [B] log-probabilities under the policy being optimized.
+        logp_old: [B] under the policy that collected the data (no gradient).
+        advantages: [B].
+
+    Returns:
+        ``(loss [], metrics)`` with detached ``ratio_mean``.
+    """
+    log_ratio = logp_new - logp_old.detach()
+    loss = surrogate(log_ratio, advantages).mean()
+    return loss, {"ratio_mean": torch.exp(log_ratio.detach()).mean()}
+
+
+def gaussian_kl(old: Normal, new: Normal) -> torch.Tensor:
+    """Mean over states of KL(old || new), summed over action dimensions: [].
+
+    Closed form for diagonal Gaussians ``[B, A]``; TRPO's trust-region constraint and, at the old
+    parameters, the function whose Hessian is the Fisher matrix.
+    """
+    return kl_divergence(old, new).sum(-1).mean()
 
 
 def kl_k3(log_ratio: torch.Tensor) -> torch.Tensor:

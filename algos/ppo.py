@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from robotrl.algos.on_policy_base import GaussianOnPolicy
+from robotrl.algos.optim import GradientStep, NonFiniteError
 from robotrl.algos.pg_core import policy_loss, value_loss
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.nn.policy import GaussianActorCritic
@@ -172,7 +172,8 @@ LOSS_METRIC_KEYS: tuple[str, ...] = (
     "train/entropy",
     "train/action_std",
 )
-"""Metrics ``ppo_loss`` returns; ``update`` adds train/grad_norm, train/lr, train/explained_variance."""
+"""Metrics ``ppo_loss`` returns; ``update`` adds train/grad_norm/policy, train/lr and
+train/explained_variance."""
 
 
 class PPO(GaussianOnPolicy):
@@ -210,6 +211,7 @@ class PPO(GaussianOnPolicy):
         self.optimizer = torch.optim.Adam(
             self.policy.parameters(), lr=self.lr, eps=1e-5, foreach=True
         )
+        self.step = GradientStep("PPO", "policy", self.optimizer, max_grad_norm=cfg.max_grad_norm)
 
     def _set_lr(self, lr: float) -> None:
         self.lr = lr
@@ -225,46 +227,37 @@ class PPO(GaussianOnPolicy):
         Returns:
             Flat metrics averaged over minibatches: ``loss/{policy,value,entropy,total}``
             (unweighted terms; ``loss/entropy`` is minus the entropy) and ``train/{kl,
-            clipfrac, entropy, lr, action_std, explained_variance, grad_norm}``.
+            clipfrac, entropy, lr, action_std, explained_variance, grad_norm/policy}``.
 
         Raises:
-            FloatingPointError: a loss or gradient is NaN/Inf; raised before that optimizer
+            NonFiniteError: a loss or gradient is NaN/Inf; raised before that optimizer
                 step, so the parameters stay finite.
         """
         cfg, buf = self.cfg, self.buffer
         explained_variance = self._explained_variance_and_normalize(cfg.normalize_advantages)
         self._set_lr(LR_SCHEDULES[cfg.lr_schedule](self.lr, progress, cfg))
-        params = list(self.policy.parameters())
-        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-        keys = (*LOSS_METRIC_KEYS, "train/grad_norm")
+        params = self.step.params
+        keys = (*LOSS_METRIC_KEYS, self.step.metric)
+        kl_index = keys.index("train/kl")
         totals = torch.zeros(len(keys), device=self.device)
         num_updates = 0
         for epoch in range(cfg.num_epochs):
             for i, batch in enumerate(buf.minibatches(cfg.num_minibatches, self.generator)):
                 loss, metrics = ppo_loss(self.policy, batch, cfg)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                metrics["train/grad_norm"] = nn.utils.clip_grad_norm_(params, max_norm)
+                metrics[self.step.metric] = self.step.backward(loss)
                 # one host sync per minibatch: the finiteness guard and the adaptive lr need it
                 step = torch.stack([metrics[key] for key in keys])
-                kl_index = keys.index("train/kl")
                 finite, kl = torch.stack(
                     [torch.isfinite(step).all().to(step), step[kl_index]]
                 ).tolist()
                 if not finite:
-                    self.optimizer.zero_grad(set_to_none=True)
                     values = ", ".join(
                         f"{k} {v:.4g}" for k, v in zip(keys, step.tolist(), strict=True)
                     )
-                    raise FloatingPointError(
-                        f"PPO update produced a non-finite loss or gradient (epoch {epoch}, "
-                        f"minibatch {i}: {values}); the optimizer step was skipped and the "
-                        "parameters are unchanged. Check rewards and observations for NaN/Inf, "
-                        "or lower the learning rate."
-                    )
+                    self.step.fail(f"epoch {epoch}, minibatch {i}", values)
                 if cfg.lr_schedule == "adaptive":
                     self._set_lr(adaptive_lr(self.lr, kl, cfg.desired_kl))
-                self.optimizer.step()
+                self.step.apply()
                 totals += step
                 num_updates += 1
         buf.clear()
@@ -275,7 +268,7 @@ class PPO(GaussianOnPolicy):
             )
         *means, explained, finite = values.tolist()
         if not finite:
-            raise FloatingPointError("PPO parameters became NaN/Inf during the update")
+            raise NonFiniteError("PPO parameters became NaN/Inf during the update")
         metrics = dict(zip(keys, means, strict=True))
         metrics["train/lr"] = self.lr
         metrics["train/explained_variance"] = explained

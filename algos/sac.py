@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from robotrl.algos.optim import GradientStep, NonFiniteError, nonfinite_message
 from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.mlp import ACTIVATIONS
@@ -168,7 +169,8 @@ def temperature_loss(
 
 
 METRIC_KEYS: tuple[str, ...] = (
-    "loss/critic", "train/q", "loss/actor", "train/entropy", "loss/alpha", "train/alpha",
+    "loss/critic", "train/grad_norm/critic", "train/q", "loss/actor", "train/grad_norm/actor",
+    "train/entropy", "loss/alpha", "train/grad_norm/alpha", "train/alpha",
 )
 """Per-update metrics, averaged over the updates of one ``update`` call."""
 
@@ -220,6 +222,9 @@ class SAC:
         self.actor_opt = adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_opt = adam(self.critic.parameters(), cfg.critic_lr)
         self.alpha_opt = adam([self.log_alpha], cfg.alpha_lr)
+        self.critic_step = GradientStep("SAC", "critic", self.critic_opt)
+        self.actor_step = GradientStep("SAC", "actor", self.actor_opt)
+        self.alpha_step = GradientStep("SAC", "alpha", self.alpha_opt)
         self.buffer = ReplayBuffer(cfg.buffer_size, obs_dim, act_dim, dev)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
@@ -311,25 +316,20 @@ class SAC:
                                     alpha, cfg.gamma)
         q = self.critic(batch["obs"], batch["action"])
         c_loss, metrics = critic_loss(q, target)
-        self.critic_opt.zero_grad(set_to_none=True)
-        c_loss.backward()
-        self.critic_opt.step()
+        # no host sync per update: update() checks the critic columns once per call
+        metrics[self.critic_step.metric] = self.critic_step(c_loss, check=False)
         self.num_updates += 1
         if self.num_updates % cfg.actor_update_interval == 0:
             # frozen critic: the actor's backward pass skips the critics' weight gradients
             self.critic.requires_grad_(False)
             action, log_prob = self.actor.sample(batch["obs"], self.generator)
             a_loss, a_metrics = actor_loss(log_prob, self.critic(batch["obs"], action), alpha)
-            self.actor_opt.zero_grad(set_to_none=True)
-            a_loss.backward()
-            self.actor_opt.step()
+            a_metrics[self.actor_step.metric] = self.actor_step(a_loss, check=False)
             self.critic.requires_grad_(True)
             metrics.update(a_metrics)
             if cfg.autotune_alpha:
                 t_loss, t_metrics = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
-                self.alpha_opt.zero_grad(set_to_none=True)
-                t_loss.backward()
-                self.alpha_opt.step()
+                t_metrics[self.alpha_step.metric] = self.alpha_step(t_loss, check=False)
                 metrics.update(t_metrics)
         with torch.no_grad():
             target_params = list(self.critic_target.parameters())
@@ -346,21 +346,21 @@ class SAC:
         warming up.
 
         Raises:
-            FloatingPointError: a loss became NaN/Inf (the caller keeps its last checkpoint).
+            NonFiniteError: the critic loss or gradient became NaN/Inf (the caller keeps its
+                last checkpoint).
         """
         count = int(self.owed_updates)
         if count == 0 or len(self.buffer) < self.cfg.batch_size:
             return {}
         self.owed_updates -= count
         rows = torch.stack([self._update_once() for _ in range(count)])
-        finite = torch.isfinite(rows[:, 0]).all()
+        finite = torch.isfinite(rows[:, :2]).all()  # critic loss and gradient norm
         means = rows.nanmean(0)  # actor rows are NaN on delayed updates
         *values, ok = torch.cat([means, finite[None].to(means)]).tolist()
         if not ok:
-            raise FloatingPointError(
-                f"SAC critic loss became NaN/Inf within updates {self.num_updates - count + 1}"
-                f"..{self.num_updates}; check rewards/observations for NaN or lower critic_lr"
-            )
+            raise NonFiniteError(nonfinite_message(
+                "SAC", "critic", f"updates {self.num_updates - count + 1}..{self.num_updates}",
+                skipped=False))
         metrics = dict(zip(METRIC_KEYS, values, strict=True))
         metrics["train/updates"] = float(self.num_updates)
         return {k: v for k, v in metrics.items() if not math.isnan(v)}

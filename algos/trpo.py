@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.distributions import Normal, kl_divergence
+from torch.distributions import Normal
 
 from robotrl.algos.on_policy_base import GaussianOnPolicy
-from robotrl.algos.pg_core import surrogate, value_loss
+from robotrl.algos.optim import GradientStep, NonFiniteError, nonfinite_message
+from robotrl.algos.pg_core import gaussian_kl, surrogate_loss, value_loss
 from robotrl.nn.mlp import ACTIVATIONS
 
 
@@ -219,6 +220,7 @@ class TRPO(GaussianOnPolicy):
         self.critic_optimizer = torch.optim.Adam(
             self.critic_params, lr=cfg.critic_lr, eps=1e-5, foreach=True
         )
+        self.critic_step = GradientStep("TRPO", "critic", self.critic_optimizer)
 
     def _surrogate_and_kl(
         self, old: Normal, obs: torch.Tensor, action: torch.Tensor, old_log_prob: torch.Tensor,
@@ -226,10 +228,8 @@ class TRPO(GaussianOnPolicy):
     ) -> tuple[torch.Tensor, torch.Tensor, Normal]:  # fmt: skip
         """Surrogate loss [], mean KL(old || new) [] and the new distribution on [B] samples."""
         dist = self.policy.dist(obs)
-        log_ratio = dist.log_prob(action).sum(-1) - old_log_prob
-        loss = surrogate(log_ratio, advantages).mean()
-        kl = kl_divergence(old, dist).sum(-1).mean()
-        return loss, kl, dist
+        loss, _ = surrogate_loss(dist.log_prob(action).sum(-1), old_log_prob, advantages)
+        return loss, gaussian_kl(old, dist), dist
 
     def _policy_step(self) -> dict[str, torch.Tensor]:
         """The natural-gradient step with line search on the whole rollout."""
@@ -250,7 +250,7 @@ class TRPO(GaussianOnPolicy):
             idx = torch.randperm(total, generator=self.generator, device=gen_device)
             idx = idx[: max(1, round(cfg.fvp_fraction * total))].to(self.device)
             sub = Normal(old.loc[idx], old.scale[idx], validate_args=False)
-            kl = kl_divergence(sub, self.policy.dist(obs[idx])).sum(-1).mean()
+            kl = gaussian_kl(sub, self.policy.dist(obs[idx]))
         else:
             g = -_flat(torch.autograd.grad(loss, params, retain_graph=True))
         fvp = fisher_vector_product(kl, params, cfg.cg_damping)
@@ -262,11 +262,10 @@ class TRPO(GaussianOnPolicy):
         old_loss = loss.detach()
         check = torch.stack([old_loss, g.abs().sum(), full_step.abs().sum()])
         if not bool(torch.isfinite(check).all()):
-            raise FloatingPointError(
-                "TRPO policy step produced a non-finite surrogate, gradient or step "
-                f"(surrogate, |g|_1, |step|_1 = {check.tolist()}); the parameters are unchanged. "
-                "Check rewards and observations for NaN/Inf."
-            )
+            surrogate_value, g_norm, step_norm = check.tolist()
+            raise NonFiniteError(nonfinite_message(
+                "TRPO", "surrogate", "the natural-gradient step",
+                f"surrogate {surrogate_value:.4g}, |g|_1 {g_norm:.4g}, |step|_1 {step_norm:.4g}"))
         zero = torch.zeros((), device=self.device)
         result = {"loss": old_loss, "kl": zero, "fraction": zero, "accepted": zero,
                   "improvement": zero, "cg_residual": cg_residual.detach()}  # fmt: skip
@@ -291,10 +290,11 @@ class TRPO(GaussianOnPolicy):
             result["action_std"] = dist.stddev.mean()
         return result
 
-    def _fit_critic(self) -> torch.Tensor:
-        """Minibatch regression of V on the returns; [] mean half squared error."""
+    def _fit_critic(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Minibatch regression of V on the returns; ([] mean half squared error, [] mean
+        gradient norm)."""
         cfg = self.cfg
-        total = torch.zeros((), device=self.device)
+        total = torch.zeros(2, device=self.device)
         count = 0
         for epoch in range(cfg.critic_epochs):
             for i, batch in enumerate(
@@ -302,20 +302,11 @@ class TRPO(GaussianOnPolicy):
             ):
                 loss, _ = value_loss(self.policy.value(batch["obs"]), batch["value"],
                                      batch["returns"])  # fmt: skip
-                self.critic_optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                # a finite loss of this small regression has finite gradients; one sync a step
-                if not bool(torch.isfinite(loss)):
-                    self.critic_optimizer.zero_grad(set_to_none=True)
-                    raise FloatingPointError(
-                        f"TRPO value regression produced a non-finite loss (epoch {epoch}, "
-                        f"minibatch {i}: {loss.item():.4g}); the optimizer step was skipped. "
-                        "Check rewards and observations for NaN/Inf, or lower critic_lr."
-                    )
-                self.critic_optimizer.step()
-                total += loss.detach()
+                grad_norm = self.critic_step(loss, f"value epoch {epoch}, minibatch {i}")
+                total += torch.stack([loss.detach(), grad_norm])
                 count += 1
-        return total / count
+        value, grad_norm = total / count
+        return value, grad_norm
 
     def update(self, progress: float = 0.0) -> dict[str, float]:
         """One TRPO policy step and the value regression on the stored rollout; then clear it.
@@ -329,26 +320,26 @@ class TRPO(GaussianOnPolicy):
             KL(old || new) of the accepted step, 0 if none), ``train/step_fraction`` (accepted
             fraction of the full step, 0 if none), ``train/line_search_accepted`` (1 or 0),
             ``train/improvement`` (surrogate gain), ``train/entropy``, ``train/action_std``,
-            ``train/explained_variance`` (of the rollout's values) and ``train/cg_residual``
-            (relative CG residual).
+            ``train/explained_variance`` (of the rollout's values), ``train/cg_residual``
+            (relative CG residual) and ``train/grad_norm/critic`` (mean over the value steps).
 
         Raises:
-            FloatingPointError: a surrogate, gradient, step or value loss is NaN/Inf; raised
+            NonFiniteError: a surrogate, gradient, step or value loss is NaN/Inf; raised
                 before the parameters it would corrupt are changed.
         """
         explained_variance = self._explained_variance_and_normalize(self.cfg.normalize_advantages)
         step = self._policy_step()
-        value = self._fit_critic()
+        value, critic_grad_norm = self._fit_critic()
         self.buffer.clear()
         with torch.no_grad():
             finite = torch.stack([torch.isfinite(p).all() for p in self.policy.parameters()]).all()
             keys = ("loss", "kl", "fraction", "accepted", "improvement", "entropy",
                     "action_std", "cg_residual")  # fmt: skip
-            values = torch.stack([*(step[k] for k in keys), value, explained_variance,
-                                  finite.to(value)]).tolist()  # fmt: skip
-        *policy_values, value_loss_mean, explained, is_finite = values
+            values = torch.stack([*(step[k] for k in keys), value, critic_grad_norm,
+                                  explained_variance, finite.to(value)]).tolist()  # fmt: skip
+        *policy_values, value_loss_mean, grad_norm, explained, is_finite = values
         if not is_finite:
-            raise FloatingPointError("TRPO parameters became NaN/Inf during the update")
+            raise NonFiniteError("TRPO parameters became NaN/Inf during the update")
         s = dict(zip(keys, policy_values, strict=True))
         return {
             "loss/policy": s["loss"],
@@ -361,6 +352,7 @@ class TRPO(GaussianOnPolicy):
             "train/action_std": s["action_std"],
             "train/explained_variance": explained,
             "train/cg_residual": s["cg_residual"],
+            self.critic_step.metric: grad_norm,
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -171,3 +171,21 @@ def test_surrogate_hand_worked_and_equals_unclipped_clipped_surrogate() -> None:
     # advantages broadcast against per-token log-ratios, as for sequences
     per_token = surrogate(torch.zeros(2, 3), torch.tensor([[1.0], [-2.0]]))
     torch.testing.assert_close(per_token, torch.tensor([[-1.0] * 3, [2.0] * 3]))
+
+
+def test_trpo_surrogate_and_gaussian_kl_by_hand() -> None:
+    from torch.distributions import Normal
+
+    from robotrl.algos.pg_core import gaussian_kl, surrogate_loss
+
+    logp_new = torch.tensor([0.0, math.log(2.0)])
+    logp_old = torch.tensor([0.0, 0.0])
+    adv = torch.tensor([1.0, -3.0])
+    loss, metrics = surrogate_loss(logp_new, logp_old, adv)
+    assert loss.item() == pytest.approx(-(1.0 * 1.0 + 2.0 * -3.0) / 2)  # -mean(r A) = 2.5
+    assert metrics["ratio_mean"].item() == pytest.approx(1.5)
+    old = Normal(torch.zeros(2, 1), torch.ones(2, 1))
+    new = Normal(torch.tensor([[1.0], [0.0]]), torch.tensor([[1.0], [2.0]]))
+    # KL(N(0,1) || N(m,s)) = log s + (1 + m^2) / (2 s^2) - 1/2: rows 0.5 and log 2 - 3/8
+    expected = (0.5 + (math.log(2.0) + 1 / 8 - 0.5)) / 2
+    assert gaussian_kl(old, new).item() == pytest.approx(expected)

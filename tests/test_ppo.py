@@ -21,7 +21,7 @@ METRIC_KEYS = {
     "train/lr",
     "train/action_std",
     "train/explained_variance",
-    "train/grad_norm",
+    "train/grad_norm/policy",
 }
 
 
@@ -173,7 +173,7 @@ def test_nan_guard_raises_and_keeps_parameters() -> None:
                 reward[3] = float("nan")
             ppo.process_env_step(reward, terminated, truncated, final_obs)
         ppo.compute_returns(obs)
-    with pytest.raises(FloatingPointError, match="non-finite loss or gradient"):
+    with pytest.raises(FloatingPointError, match="PPO policy loss or its gradient is non-finite"):
         ppo.update(0.0)
     after = ppo.policy.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)

@@ -1,0 +1,101 @@
+"""One optimizer step for every learner: zero-grad, backward, gradient all-reduce hook, clipping,
+a named error on non-finite values, and the gradient norm as a metric.
+
+    critic = GradientStep("SAC", "critic", critic_opt, max_grad_norm=0.0)
+    grad_norm = critic(loss, where="update 41")            # [] tensor, for train/grad_norm/critic
+
+A step whose loss or gradient is NaN/Inf raises ``NonFiniteError`` (a ``FloatingPointError``)
+with one message everywhere: the algorithm, the loss, where in training, the values. The check
+reads one flag on the host; a learner that batches it with another read (PPO reads its KL in the
+same sync) calls ``backward``, checks with ``check`` and then ``apply``; a learner that must not
+sync per step (SAC) passes ``check=False`` and raises ``NonFiniteError`` itself once per update
+call, from ``nonfinite_message``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+GradientHook = Callable[[list[torch.Tensor]], None]
+"""Called with the parameters after backward, before clipping (data-parallel all-reduce)."""
+
+GRADIENT_HOOKS: list[GradientHook] = []
+"""Hooks every ``GradientStep`` runs after backward; data-parallel training registers its
+all-reduce here (issue 18), so no learner needs to know about ranks."""
+
+
+class NonFiniteError(FloatingPointError):
+    """A loss, gradient or parameter became NaN/Inf."""
+
+
+def nonfinite_message(algo: str, loss: str, where: str, values: str = "",
+                      skipped: bool = True) -> str:
+    """The one message of a non-finite loss or gradient: algorithm, loss, place, values, fix."""
+    state = ("the optimizer step was skipped and the parameters are unchanged" if skipped
+             else "the parameters may be corrupt; the last good checkpoint is kept")
+    shown = f" ({values})" if values else ""
+    return (f"{algo} {loss} loss or its gradient is non-finite (NaN/Inf) at {where}{shown}; "
+            f"{state}. Check rewards and observations for NaN/Inf, or lower the learning rate.")
+
+
+class GradientStep:
+    """Steps ``optimizer`` on a loss; see the module docstring.
+
+    Attributes:
+        algo, name: for errors and the ``train/grad_norm/<name>`` metric.
+        optimizer: the optimizer stepped.
+        params: the parameters whose gradients are reduced, clipped and measured.
+        max_norm: clip threshold of the global gradient norm (``inf``: report only).
+    """
+
+    def __init__(self, algo: str, name: str, optimizer: torch.optim.Optimizer,
+                 params: Iterable[torch.Tensor] | None = None, max_grad_norm: float = 0.0) -> None:
+        """Args: ``params`` default to the optimizer's; ``max_grad_norm`` 0 disables clipping
+        (the norm is still computed: clipping by ``inf`` multiplies by exactly 1)."""
+        if max_grad_norm < 0:
+            raise ValueError(f"max_grad_norm must be >= 0 (0 disables), got {max_grad_norm}")
+        self.algo, self.name, self.optimizer = algo, name, optimizer
+        self.params = (list(params) if params is not None else
+                       [p for group in optimizer.param_groups for p in group["params"]])
+        self.max_norm = max_grad_norm if max_grad_norm > 0 else float("inf")
+
+    @property
+    def metric(self) -> str:
+        """The metric key of this step's gradient norm."""
+        return f"train/grad_norm/{self.name}"
+
+    def backward(self, loss: torch.Tensor) -> torch.Tensor:
+        """Zero-grad, backward, hooks, clip; returns the global gradient norm [] before clipping."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        for hook in GRADIENT_HOOKS:
+            hook(self.params)
+        return nn.utils.clip_grad_norm_(self.params, self.max_norm)
+
+    def fail(self, where: str, values: str = "") -> None:
+        """Drop the gradients and raise the named error (the step is not applied)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        raise NonFiniteError(nonfinite_message(self.algo, self.name, where, values))
+
+    def check(self, loss: torch.Tensor, grad_norm: torch.Tensor, where: str) -> None:
+        """One host read: raise ``NonFiniteError`` if ``loss`` or ``grad_norm`` is not finite."""
+        pair = torch.stack([loss.detach(), grad_norm]).to(torch.float32)
+        if not bool(torch.isfinite(pair).all()):
+            loss_value, norm_value = pair.tolist()
+            self.fail(where, f"loss {loss_value:.4g}, gradient norm {norm_value:.4g}")
+
+    def apply(self) -> None:
+        """The optimizer step on the gradients of the last ``backward``."""
+        self.optimizer.step()
+
+    def __call__(self, loss: torch.Tensor, where: str = "", check: bool = True) -> torch.Tensor:
+        """``backward``, ``check`` (unless ``check=False``), ``apply``; returns the gradient
+        norm [] (a detached tensor: no host sync unless checked)."""
+        grad_norm = self.backward(loss)
+        if check:
+            self.check(loss, grad_norm, where)
+        self.apply()
+        return grad_norm

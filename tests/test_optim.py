@@ -1,0 +1,57 @@
+"""The shared optimizer step: gradient norm, clipping, hooks, the one non-finite message."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from robotrl.algos import optim
+from robotrl.algos.optim import GradientStep, NonFiniteError
+
+
+def _setup(max_grad_norm: float = 0.0) -> tuple[torch.nn.Linear, GradientStep]:
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 1)
+    step = GradientStep("ALG", "critic", torch.optim.SGD(net.parameters(), lr=1.0), None,
+                        max_grad_norm)
+    return net, step
+
+
+def test_step_reports_norm_and_clips() -> None:
+    net, step = _setup()
+    x = torch.ones(4, 3)
+    before = [p.detach().clone() for p in net.parameters()]
+    norm = step((net(x) * 10).sum(), "here")
+    expected = torch.sqrt(torch.tensor(4 * 10.0) ** 2 * 3 + torch.tensor(40.0) ** 2)
+    torch.testing.assert_close(norm, expected)
+    torch.testing.assert_close(net.weight, before[0] - 40.0)  # unclipped: lr 1 x grad 40
+    assert step.metric == "train/grad_norm/critic"
+    net, step = _setup(max_grad_norm=1.0)
+    step((net(x) * 10).sum(), "here")
+    assert torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in net.parameters()])) \
+        == pytest.approx(1.0, rel=1e-5)
+
+
+def test_non_finite_loss_names_algorithm_loss_and_place_and_skips() -> None:
+    net, step = _setup()
+    before = [p.detach().clone() for p in net.parameters()]
+    with pytest.raises(NonFiniteError, match=r"ALG critic loss or its gradient is non-finite "
+                                             r"\(NaN/Inf\) at epoch 2.*unchanged"):
+        step(net(torch.full((1, 3), float("nan"))).sum(), "epoch 2")
+    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters(), strict=True))
+    assert all(p.grad is None for p in net.parameters())
+    assert issubclass(NonFiniteError, FloatingPointError)  # the runner keeps its checkpoint
+
+
+def test_gradient_hooks_see_gradients_before_clipping(monkeypatch) -> None:  # noqa: ANN001
+    seen = []
+
+    def halve(params: list[torch.Tensor]) -> None:  # what an all-reduce mean would do
+        seen.append(len(params))
+        for p in params:
+            p.grad.mul_(0.5)
+
+    monkeypatch.setattr(optim, "GRADIENT_HOOKS", [halve])
+    net, step = _setup()
+    norm = step(net(torch.ones(1, 3)).sum(), "here")
+    assert seen == [2] and norm.item() == pytest.approx(0.5 * 2.0)  # grads 1,1,1 and 1
