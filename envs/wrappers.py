@@ -1,9 +1,13 @@
-"""Batched env wrappers: observation and reward normalization, action scaling, episode stats.
+"""Batched env wrappers: action scaling and clipping, episode statistics.
 
-    env = RecordEpisodeStatistics(ScaleReward(NormalizeObservation(RescaleAction(make(...)))))
+    env = RecordEpisodeStatistics(RescaleAction(make(...)))
+
+Observation normalization and reward scaling belong to the learners (``robotrl.nn.normalizer``,
+baked into exported actors), not to wrappers. ``RecordEpisodeStatistics`` is the one place
+episode returns are tracked; the runners read it.
 
 Every wrapper is a ``BatchedEnv`` over an inner one and works on whole ``[N, ...]`` tensors on
-``env.device``. Wrappers with running state (normalizer statistics, return accumulators) save it
+``env.device``. Wrappers with running state (the episode accumulators) save it
 with ``state_dict()``; the dict nests the inner env's, so one call on the outermost wrapper
 checkpoints the whole stack and ``load_state_dict`` restores it.
 """
@@ -17,7 +21,6 @@ from typing import Any
 import torch
 
 from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
-from robotrl.nn.normalizer import RunningNormalizer
 
 
 class Wrapper(BatchedEnv):
@@ -124,94 +127,6 @@ def _has_state(env: BatchedEnv) -> bool:
 def _replace_info(out: StepOut, **entries: Any) -> StepOut:
     """``out`` with a copy of its info updated by ``entries`` (the inner dict is left alone)."""
     return out._replace(info={**out.info, **entries})
-
-
-class NormalizeObservation(Wrapper):
-    """Observations (and ``info["final_obs"]``) standardized by running statistics.
-
-    Statistics are updated with every observation handed to the policy (``reset`` and
-    ``step``'s ``obs``, [N, obs_dim]); the last observations of finished episodes are normalized
-    but not counted, as in Stable-Baselines3's ``VecNormalize``. Set ``update = False`` to
-    freeze the statistics for evaluation.
-    """
-
-    def __init__(self, env: BatchedEnv, update: bool = True, eps: float = 1e-8,
-                 clip: float = 10.0) -> None:
-        super().__init__(env)
-        self.update = update
-        """Whether observations update the statistics (False: frozen, for evaluation)."""
-        self.normalizer = RunningNormalizer(env.spec.obs_dim, eps=eps, clip=clip).to(env.device)
-
-    def reset(self, seed: int | None = None) -> torch.Tensor:
-        obs = self.env.reset(seed)
-        if self.update:
-            self.normalizer.update(obs)
-        return self.normalizer(obs)
-
-    def step(self, action: torch.Tensor) -> StepOut:
-        out = self.env.step(action)
-        if self.update:
-            self.normalizer.update(out.obs)
-        info: dict[str, Any] = {}
-        if "final_obs" in out.info:
-            info["final_obs"] = self.normalizer(out.info["final_obs"])
-        return _replace_info(out._replace(obs=self.normalizer(out.obs)), **info)
-
-    def own_state_dict(self) -> dict[str, Any]:
-        return {k: v.clone() for k, v in self.normalizer.state_dict().items()}
-
-    def load_own_state_dict(self, state: dict[str, Any]) -> None:
-        self.normalizer.load_state_dict(state)
-
-
-class ScaleReward(Wrapper):
-    """Reward divided by the running std of the discounted return (Engstrom et al. 2020, §3).
-
-    Per world, ``R_t = gamma * R_{t-1} + r_t`` (``R`` restarts at 0 after a terminated or
-    truncated step); the running variance of all ``R_t`` seen gives
-    ``r_t / sqrt(var(R) + eps)``, clipped to ``[-clip, clip]``. The mean is not subtracted: the
-    sign of the reward is kept. The statistics update only while ``update`` is True.
-    """
-
-    def __init__(self, env: BatchedEnv, gamma: float = 0.99, eps: float = 1e-8,
-                 clip: float = 10.0, update: bool = True) -> None:
-        super().__init__(env)
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-        if not clip > 0:
-            raise ValueError(f"clip must be > 0 (math.inf: no clipping), got {clip}")
-        self.gamma = gamma
-        self.eps = eps
-        self.clip = clip
-        self.update = update
-        """Whether returns update the statistics (False: frozen, for evaluation)."""
-        self.return_rms = RunningNormalizer(1, eps=eps).to(env.device)
-        self.returns = torch.zeros(env.num_envs, dtype=torch.float64, device=env.device)
-        """[N] float64: discounted return of each world's current episode."""
-
-    def reset(self, seed: int | None = None) -> torch.Tensor:
-        self.returns.zero_()
-        return self.env.reset(seed)
-
-    def step(self, action: torch.Tensor) -> StepOut:
-        out = self.env.step(action)
-        self.returns.mul_(self.gamma).add_(out.reward)
-        if self.update:
-            self.return_rms.update(self.returns[:, None])
-        std = torch.sqrt(self.return_rms.var + self.eps).to(out.reward.dtype)
-        reward = torch.clamp(out.reward / std, -self.clip, self.clip)
-        self.returns.masked_fill_(out.terminated | out.truncated, 0.0)
-        return out._replace(reward=reward)
-
-    def own_state_dict(self) -> dict[str, Any]:
-        state = {f"rms.{k}": v.clone() for k, v in self.return_rms.state_dict().items()}
-        return {**state, "returns": self.returns.clone()}
-
-    def load_own_state_dict(self, state: dict[str, Any]) -> None:
-        self.return_rms.load_state_dict(
-            {k.removeprefix("rms."): v for k, v in state.items() if k.startswith("rms.")}
-        )
-        self.returns.copy_(state["returns"])
 
 
 def _finite_bounds(spec: EnvSpec, wrapper: str) -> None:
@@ -367,10 +282,8 @@ class RecordEpisodeStatistics(Wrapper):
 
 __all__ = [
     "ClipAction",
-    "NormalizeObservation",
     "RecordEpisodeStatistics",
     "RescaleAction",
-    "ScaleReward",
     "Wrapper",
     "finished_episodes",
 ]

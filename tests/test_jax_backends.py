@@ -242,7 +242,7 @@ def _ppo_runner(tmp_path: Path, backend: str, randomization: str = "none") -> ob
     })
     seed_everything(0)
     runner = build_runner(cfg)
-    runner.make_eval_env = None
+    runner.evaluator = None
     return runner
 
 

@@ -387,7 +387,7 @@ def test_training_resume_with_randomization_is_exact(tmp_path: Path) -> None:
             "checkpoint_interval": 1000})
         seed_everything(cfg.seed)
         r = build_runner(cfg)
-        r.make_eval_env = None
+        r.evaluator = None
         return r
 
     full = runner("full", 6 * 32)
@@ -400,5 +400,5 @@ def test_training_resume_with_randomization_is_exact(tmp_path: Path) -> None:
     def learning(history: list[dict[str, float]]) -> list[dict[str, float]]:
         return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in history]
 
-    assert learning(resumed.history) == learning(full.history[3:])
+    assert learning(resumed.history) == learning(list(full.history)[3:])
     assert len(resumed.history) == 3

@@ -27,7 +27,7 @@ def test_streams_are_stable_distinct_and_named() -> None:
 
 def test_checkpoint_records_the_streams(tmp_path: Path, make_config) -> None:  # noqa: ANN001
     runner = build_runner(make_config(tmp_path, total_steps=32, seed=5))
-    runner.make_eval_env = None
+    runner.evaluator = None
     runner.train()
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert ckpt["seeds"] == seed_streams(5)

@@ -25,7 +25,7 @@ MakeConfig = Callable[..., TrainConfig]
 def _runner(cfg: TrainConfig) -> Runner:
     seed_everything(cfg.seed)
     runner = build_runner(cfg)
-    runner.make_eval_env = None
+    runner.evaluator = None
     return runner
 
 
@@ -50,7 +50,7 @@ def test_resume_equals_uninterrupted(tmp_path: Path, make_config: MakeConfig,
     resumed.load(tmp_path / "part" / "checkpoints" / "last.pt")
     assert resumed.global_step == 3 * 32
     resumed.train()
-    expected = _learning_metrics(full.history[3:])
+    expected = _learning_metrics(list(full.history)[3:])
     assert len(expected) == 3 and key in expected[-1]
     assert _learning_metrics(resumed.history) == expected
     for name, value in full.alg.state_dict().items():
@@ -66,7 +66,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, make_config: M
     runner.train()  # writes last.pt
     ckpt = runner.checkpoint_path
     before = ckpt.read_bytes()
-    runner.s.total_steps = 12 * 32
+    runner.settings.total_steps = 12 * 32
     with torch.no_grad():  # a diverged critic: actions stay finite, the value loss does not
         for p in runner.alg.policy.critic_head.parameters():
             p.fill_(float("nan"))

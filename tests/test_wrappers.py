@@ -10,10 +10,8 @@ from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
 from robotrl.envs.gym import GymnasiumEnv
 from robotrl.envs.wrappers import (
     ClipAction,
-    NormalizeObservation,
     RecordEpisodeStatistics,
     RescaleAction,
-    ScaleReward,
     Wrapper,
     finished_episodes,
 )
@@ -95,84 +93,6 @@ def test_wrapper_forwards_everything() -> None:
         Wrapper("not an env")  # type: ignore[arg-type]
 
 
-def test_normalizer_statistics_match_data_seen() -> None:
-    env = NormalizeObservation(FakeEnv())
-    raw_env = FakeEnv()  # same seeds, same obs stream, no wrapper
-    seen = [raw_env.reset(seed=3)]
-    env.reset(seed=3)
-    for _ in range(40):
-        out = env.step(torch.zeros(2, 2))
-        raw = raw_env.step(torch.zeros(2, 2))
-        seen.append(raw.obs)
-        data = torch.cat(seen).double()
-        mean, var = data.mean(0), data.var(0, unbiased=False)
-        torch.testing.assert_close(env.normalizer.mean, mean, rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(env.normalizer.var, var, rtol=1e-6, atol=1e-6)
-        std = torch.sqrt(var + 1e-8)
-        torch.testing.assert_close(out.obs, ((raw.obs - mean) / std).float(), rtol=1e-5,
-                                   atol=1e-5)
-        # final_obs normalized with the same statistics (but not counted in them)
-        torch.testing.assert_close(out.info["final_obs"],
-                                   ((raw.info["final_obs"] - mean) / std).clamp(-10, 10).float(),
-                                   rtol=1e-5, atol=1e-5)
-    assert env.normalizer.count.item() == pytest.approx(41 * 2)
-    # the spread is real: the second dimension has std ~5, the third ~0.1
-    assert 3.0 < env.normalizer.var[1].sqrt() < 7.0 and env.normalizer.var[2].sqrt() < 0.2
-
-
-def test_normalizer_freeze() -> None:
-    env = NormalizeObservation(FakeEnv())
-    env.reset(seed=0)
-    for _ in range(10):
-        env.step(torch.zeros(2, 2))
-    frozen = {k: v.clone() for k, v in env.normalizer.state_dict().items()}
-    env.update = False
-    raw = FakeEnv()
-    raw.gen.set_state(env.unwrapped.gen.get_state())
-    out = env.step(torch.zeros(2, 2))
-    raw_obs = raw.step(torch.zeros(2, 2)).obs
-    env.reset()
-    for k, v in env.normalizer.state_dict().items():
-        assert torch.equal(v, frozen[k]), k
-    expected = (raw_obs - frozen["mean"]) / torch.sqrt(frozen["var"] + 1e-8)
-    torch.testing.assert_close(out.obs, expected.float())
-    env.update = True
-    env.step(torch.zeros(2, 2))
-    assert env.normalizer.count.item() > frozen["count"].item()
-
-
-def test_scale_reward_hand_worked() -> None:
-    # gamma 0.5, two worlds; world 0's episode ends at step 2 (FakeEnv lengths (2, 3))
-    rewards = torch.tensor([[1.0, 3.0], [2.0, -1.0], [1.0, 1.0]])
-    env = ScaleReward(FakeEnv(rewards=rewards), gamma=0.5)
-    env.reset()
-    a = torch.zeros(2, 2)
-    # step 1: R = [1, 3]; returns seen {1, 3}: var 1
-    out = env.step(a)
-    torch.testing.assert_close(out.reward, torch.tensor([1.0, 3.0]))
-    # step 2: R = 0.5 R + r = [2.5, 0.5]; seen {1, 3, 2.5, 0.5}: mean 1.75, var 4.25 / 4
-    out = env.step(a)
-    torch.testing.assert_close(out.reward, torch.tensor([2.0, -1.0]) / 1.0625 ** 0.5)
-    torch.testing.assert_close(env.returns, torch.tensor([0.0, 0.5], dtype=torch.float64))
-    # step 3: world 0 restarted, R = [1, 0.25 + 1]; seen adds {1, 1.25}
-    out = env.step(a)
-    var = torch.tensor([1, 3, 2.5, 0.5, 1, 1.25]).var(unbiased=False)
-    torch.testing.assert_close(out.reward, torch.tensor([1.0, 1.0]) / var.sqrt())
-    torch.testing.assert_close(env.return_rms.var, var.double().reshape(1), rtol=1e-7, atol=1e-7)
-
-
-def test_scale_reward_clip_reset_and_bad_gamma() -> None:
-    rewards = torch.tensor([[1.0, 1.001], [1000.0, 1.0]])
-    env = ScaleReward(FakeEnv(rewards=rewards, lengths=(5, 5)), gamma=0.0, clip=5.0)
-    env.reset()
-    out = env.step(torch.zeros(2, 2))  # tiny spread of returns: huge scaled rewards, clipped
-    assert out.reward.tolist() == [5.0, 5.0]
-    env.reset()
-    assert env.returns.abs().sum() == 0
-    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\]"):
-        ScaleReward(FakeEnv(), gamma=1.5)
-
-
 def test_rescale_action_mapping() -> None:
     inner = FakeEnv()
     env = RescaleAction(inner)
@@ -243,7 +163,8 @@ def test_record_episode_statistics_across_flushes() -> None:
 
 
 def _stack() -> RecordEpisodeStatistics:
-    return RecordEpisodeStatistics(ScaleReward(NormalizeObservation(FakeEnv()), gamma=0.9))
+    """Two stateful wrappers with a stateless one between them."""
+    return RecordEpisodeStatistics(ClipAction(RecordEpisodeStatistics(FakeEnv(), window=2)))
 
 
 def test_state_dict_round_trip() -> None:
@@ -265,13 +186,13 @@ def test_state_dict_round_trip() -> None:
         assert finished_episodes([a.info["episode"]]) == finished_episodes([b.info["episode"]])
     assert list(env.recent_returns) == list(twin.recent_returns)
     assert env.num_episodes == twin.num_episodes
-    norm = twin.env.env
-    assert isinstance(norm, NormalizeObservation)
-    torch.testing.assert_close(norm.normalizer.mean, env.env.env.normalizer.mean)
+    inner = twin.env.env
+    assert isinstance(inner, RecordEpisodeStatistics)
+    assert list(inner.recent_returns) == list(env.env.env.recent_returns)
     # the saved dict is a snapshot, not a view of the live state
-    before = state["env"]["env"]["wrapper"]["mean"].clone()
+    before = state["env"]["env"]["wrapper"]["episode_returns"].clone()
     env.step(torch.zeros(2, 2))
-    assert torch.equal(state["env"]["env"]["wrapper"]["mean"], before)
+    assert torch.equal(state["env"]["env"]["wrapper"]["episode_returns"], before)
 
 
 def test_load_state_dict_mismatch_raises() -> None:
@@ -285,8 +206,9 @@ def test_load_state_dict_mismatch_raises() -> None:
 
 
 def test_stack_over_native_env_checkpoints_the_simulator() -> None:
-    def stack() -> NormalizeObservation:
-        return NormalizeObservation(RescaleAction(make("halfcheetah", 2, seed=0, num_threads=1)))
+    def stack() -> RecordEpisodeStatistics:
+        return RecordEpisodeStatistics(RescaleAction(make("halfcheetah", 2, seed=0,
+                                                          num_threads=1)))
 
     env = stack()
     env.reset(seed=1)

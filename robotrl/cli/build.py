@@ -11,7 +11,6 @@ from robotrl.checkpoint import CheckpointError, load_checkpoint
 from robotrl.config import TrainConfig, from_dict, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
 from robotrl.envs.randomization import RandomizationConfig
-from robotrl.envs.wrappers import RecordEpisodeStatistics
 from robotrl.registry import algo_name, algorithm, learner_class, runner_class
 from robotrl.runners.base import Runner, RunnerSettings
 from robotrl.seeding import derive_seed
@@ -20,7 +19,7 @@ from robotrl.types import BuildContext, Learner
 
 def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
               randomization: RandomizationConfig | str | None = None) -> BatchedEnv:
-    """The simulator for ``cfg``; training envs also record episode statistics.
+    """The simulator for ``cfg`` (the runner adds episode statistics to training envs).
 
     Training envs use ``cfg.randomization``; evaluation envs (``train=False``) the nominal
     physics unless ``randomization`` (a preset name or config) is given.
@@ -33,8 +32,8 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
         kwargs["randomization"] = dr
     # the JAX backends simulate on the learner's device (zero-copy); the others on the CPU
     device = cfg.device if cfg.backend.name in ("mjx", "brax") else "cpu"
-    env = make(cfg.env.task, num_envs, backend=cfg.backend.name, device=device, seed=seed, **kwargs)
-    return RecordEpisodeStatistics(env) if train else env
+    return make(cfg.env.task, num_envs, backend=cfg.backend.name, device=device, seed=seed,
+                **kwargs)
 
 
 def build_algo(cfg: TrainConfig, spec: EnvSpec, state: dict[str, Any] | None = None) -> Learner:

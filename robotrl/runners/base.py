@@ -1,9 +1,17 @@
-"""The training loop shared by the on- and off-policy runners.
+"""The training loop shared by every runner kind, composed of small parts they all reuse.
 
-Each iteration steps every world ``steps_per_env`` times under inference mode (the algorithm
-records what it needs), lets the algorithm learn, then logs, checkpoints and evaluates. It
-speaks only the env protocol (``robotrl.envs.base``) and the algorithm protocols
-(``robotrl.types``); it never imports a concrete algorithm.
+- ``Collector`` steps every world ``steps_per_env`` times under inference mode, handing each
+  step to the learner (``act``, ``process_env_step``); episode statistics come from the env's
+  ``RecordEpisodeStatistics`` (the one place returns are tracked).
+- ``Evaluator`` runs deterministic episodes on its own worlds (nominal physics).
+- ``Checkpointer`` writes and reads the whole run state atomically.
+- ``robotrl.logging.Logger`` writes the metrics; ``ProgressBar`` shows them.
+
+``Runner.train`` loops: collect, close the rollout (``_end_rollout``, per runner kind), update,
+then log, checkpoint and evaluate on their intervals. It speaks only the env protocol
+(``robotrl.envs.base``) and the learner protocol (``robotrl.types``); it never imports a
+concrete algorithm. Offline and group runners reuse the evaluator, checkpointer and logger and
+bring their own collection.
 """
 
 from __future__ import annotations
@@ -20,11 +28,11 @@ import torch
 
 from robotrl.checkpoint import load_checkpoint, save_checkpoint
 from robotrl.envs.base import BatchedEnv
-from robotrl.envs.wrappers import finished_episodes
+from robotrl.envs.wrappers import RecordEpisodeStatistics
 from robotrl.logging import Logger, ProgressBar, console
 from robotrl.runners.evaluation import evaluate
 from robotrl.seeding import derive_seed, rng_state, seed_streams, set_rng_state
-from robotrl.types import OffPolicyAlgorithm, OnPolicyAlgorithm
+from robotrl.types import Learner
 
 
 @dataclasses.dataclass
@@ -51,101 +59,183 @@ class RunnerSettings:
     """Write TensorBoard events."""
     seed: int = 0
     """The run seed; evaluation resets use its ``eval-reset`` stream (``robotrl.seeding``)."""
+    history_size: int = 10_000
+    """Iterations whose metrics ``Runner.history`` keeps in memory (the oldest are dropped)."""
+
+
+class Collector:
+    """Steps ``env`` with ``learner`` and keeps the observation between rollouts.
+
+    Attributes:
+        env: the training worlds, wrapped in ``RecordEpisodeStatistics`` if they were not.
+        obs: [N, obs_dim] observation the next rollout starts from, on ``device``.
+    """
+
+    def __init__(self, env: BatchedEnv, learner: Learner, device: torch.device) -> None:
+        self.env = env if isinstance(env, RecordEpisodeStatistics) else RecordEpisodeStatistics(env)
+        self.learner, self.device = learner, device
+        self.obs = self.env.reset().to(device)
+
+    def collect(self, steps: int) -> dict[str, float]:
+        """``steps`` steps in every world; returns the per-step means of the reward terms
+        (``reward/<term>``), read with one host sync."""
+        env, learner, device = self.env, self.learner, self.device
+        term_sums: dict[str, torch.Tensor] = {}
+        obs = self.obs
+        for _ in range(steps):
+            out = env.step(learner.act(obs))
+            obs = out.obs.to(device)
+            learner.process_env_step(out.reward.to(device), out.terminated.to(device),
+                                     out.truncated.to(device), out.info["final_obs"].to(device))
+            for name, value in out.info.get("reward_terms", {}).items():
+                term_sums[name] = term_sums.get(name, 0.0) + value.sum()
+        self.obs = obs
+        n = steps * env.num_envs
+        means = torch.stack(list(term_sums.values())).div(n).tolist() if term_sums else []
+        return {f"reward/{k}": v for k, v in zip(term_sums, means, strict=True)}
+
+    def episode_metrics(self) -> dict[str, float]:
+        """``rollout/return`` and ``rollout/length`` over the last finished episodes (one host
+        sync, in the statistics wrapper); empty before the first episode ends."""
+        returns, lengths = self.env.recent_returns, self.env.recent_lengths
+        if not returns:
+            return {}
+        return {"rollout/return": sum(returns) / len(returns),
+                "rollout/length": sum(lengths) / len(lengths)}
+
+
+class Evaluator:
+    """Deterministic evaluation of a learner on worlds made on first use.
+
+    Attributes:
+        last: the latest ``evaluate`` result (``return_mean``, ...), or None.
+    """
+
+    def __init__(self, make_env: Callable[[], BatchedEnv], seed: int, device: torch.device) -> None:
+        """Args: ``make_env`` builds the evaluation worlds; ``seed`` is the run seed (resets
+        use its ``eval-reset`` stream); ``device`` is the learner's."""
+        self.make_env, self.seed, self.device = make_env, seed, device
+        self.env: BatchedEnv | None = None
+        self.last: dict[str, float] | None = None
+
+    def __call__(self, learner: Learner) -> dict[str, float]:
+        """One episode per evaluation world; returns ``eval/*`` metrics."""
+        if self.env is None:
+            self.env = self.make_env()
+        env, device = self.env, self.device
+
+        def policy(obs: torch.Tensor) -> torch.Tensor:
+            return learner.act_deterministic(obs.to(device)).to(env.device)
+
+        self.last = evaluate(policy, env, seed=derive_seed(self.seed, "eval-reset"))
+        return {"eval/return": self.last["return_mean"], "eval/return_std": self.last["return_std"],
+                "eval/length": self.last["length_mean"]}
+
+
+class Checkpointer:
+    """Atomic writes of the run state to ``path``; reads validate the required entries."""
+
+    REQUIRED: tuple[str, ...] = ("algo", "env", "obs", "iteration", "global_step", "rng")
+    """Entries a resumable checkpoint must have."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def save(self, payload: dict[str, Any], path: Path | None = None) -> Path:
+        return save_checkpoint(path or self.path, payload)
+
+    def load(self, path: str | Path) -> dict[str, Any]:
+        return load_checkpoint(path, required=self.REQUIRED)
 
 
 class Runner:
-    """Drives ``alg`` on ``env`` (a BatchedEnv whose step info carries ``episode`` stats).
+    """Drives a learner on ``env``; runner kinds say how a rollout ends (``_end_rollout``).
 
-    Subclasses say how a rollout ends (``_end_rollout``).
+    Attributes:
+        env, alg: the training worlds (with episode statistics) and the learner.
+        settings: the ``RunnerSettings``.
+        collector, checkpointer: the parts above; ``evaluator`` may be None (no evaluation).
+        iteration, global_step: progress (iterations done, env steps summed over worlds).
+        history: the logged metrics of the last ``settings.history_size`` iterations, in order.
     """
 
     def __init__(
         self,
         env: BatchedEnv,
-        alg: OnPolicyAlgorithm | OffPolicyAlgorithm,
+        alg: Learner,
         settings: RunnerSettings,
         device: torch.device,
         make_eval_env: Callable[[], BatchedEnv] | None = None,
         config: dict[str, Any] | None = None,
     ) -> None:
-        self.env, self.alg, self.s, self.device = env, alg, settings, device
-        self.make_eval_env = make_eval_env
+        self.alg, self.settings, self.device = alg, settings, device
         self.config = config or {}
+        self.collector = Collector(env, alg, device)
+        self.env = self.collector.env
+        self.evaluator = None if make_eval_env is None else Evaluator(make_eval_env,
+                                                                     settings.seed, device)
+        self.checkpointer = Checkpointer(Path(settings.run_dir) / "checkpoints" / "last.pt")
         self.iteration = 0
         self.global_step = 0
-        self.recent_returns: deque[float] = deque(maxlen=100)
-        self.recent_lengths: deque[float] = deque(maxlen=100)
-        self.history: list[dict[str, float]] = []
-        """Every logged metrics dict, in order (tests compare resumed and uninterrupted runs)."""
-        self.last_eval: dict[str, float] | None = None
-        self.obs = env.reset().to(device)
-        self.checkpoint_path = Path(settings.run_dir) / "checkpoints" / "last.pt"
-        self._eval_env: BatchedEnv | None = None
+        self.history: deque[dict[str, float]] = deque(maxlen=settings.history_size)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.checkpointer.path
+
+    @property
+    def last_eval(self) -> dict[str, float] | None:
+        return None if self.evaluator is None else self.evaluator.last
+
+    @property
+    def recent_returns(self) -> list[float]:
+        """Returns of the last finished training episodes (the statistics wrapper's window)."""
+        return list(self.env.recent_returns)
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, path: Path | None = None) -> Path:
         """Write the whole run state atomically (model, optimizer, normalizers, env, RNG)."""
-        payload = {
+        return self.checkpointer.save({
             "config": self.config,
             "algo": self.alg.state_dict(),
             "env": self.env.state_dict(),
-            "obs": self.obs.cpu(),
+            "obs": self.collector.obs.cpu(),
             "iteration": self.iteration,
             "global_step": self.global_step,
-            "recent_returns": list(self.recent_returns),
-            "recent_lengths": list(self.recent_lengths),
             "rng": rng_state(),
-            "seeds": seed_streams(self.s.seed),
-        }
-        return save_checkpoint(path or self.checkpoint_path, payload)
+            "seeds": seed_streams(self.settings.seed),
+        }, path)
 
     def load(self, path: str | Path) -> None:
         """Continue from a checkpoint: the run proceeds exactly as if never interrupted."""
-        ckpt = load_checkpoint(path, required=("algo", "env", "obs", "iteration", "rng"))
+        ckpt = self.checkpointer.load(path)
         self.alg.load_state_dict(ckpt["algo"])
         self.env.load_state_dict(ckpt["env"])
-        self.obs = ckpt["obs"].to(self.device)
+        self.collector.obs = ckpt["obs"].to(self.device)
         self.iteration = int(ckpt["iteration"])
         self.global_step = int(ckpt["global_step"])
-        self.recent_returns.extend(ckpt["recent_returns"])
-        self.recent_lengths.extend(ckpt["recent_lengths"])
         set_rng_state(ckpt["rng"])
 
     # ------------------------------------------------------------------ loop
     def _end_rollout(self, obs: torch.Tensor) -> None:
         """Called after each rollout with the observation [N, obs_dim] that follows it."""
 
-    def _collect(self) -> dict[str, float]:
-        """``steps_per_env`` steps in every world; returns per-step reward-term means."""
-        env, alg, dev = self.env, self.alg, self.device
-        term_sums: dict[str, torch.Tensor] = {}
-        episodes: list[dict[str, torch.Tensor]] = []
+    def _iteration(self) -> dict[str, float]:
+        """One collect-and-update iteration; returns its metrics."""
+        steps = self.settings.steps_per_env * self.env.num_envs
+        t0 = time.perf_counter()
         with torch.inference_mode():
-            obs = self.obs
-            for _ in range(self.s.steps_per_env):
-                out = env.step(alg.act(obs))
-                obs = out.obs.to(dev)
-                alg.process_env_step(out.reward.to(dev), out.terminated.to(dev),
-                                     out.truncated.to(dev), out.info["final_obs"].to(dev))
-                for name, value in out.info.get("reward_terms", {}).items():
-                    term_sums[name] = term_sums.get(name, 0.0) + value.sum()
-                if "episode" in out.info:
-                    episodes.append(out.info["episode"])
-            self._end_rollout(obs)
-            # read once per rollout: a per-step read would wait for the device every step
-            returns, lengths = finished_episodes(episodes)
-            self.recent_returns.extend(returns)
-            self.recent_lengths.extend(lengths)
-            self.obs = obs
-        n = self.s.steps_per_env * env.num_envs
-        means = torch.stack(list(term_sums.values())).div(n).tolist() if term_sums else []
-        return {f"reward/{k}": v for k, v in zip(term_sums, means, strict=True)}
-
-    def _iterations_total(self) -> int:
-        return math.ceil(self.s.total_steps / (self.s.steps_per_env * self.env.num_envs))
-
-    def mean_return(self) -> float:
-        return sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else math.nan
+            metrics = self.collector.collect(self.settings.steps_per_env)
+            self._end_rollout(self.collector.obs)
+        t1 = time.perf_counter()
+        metrics.update(self.alg.update(progress=self.global_step / self.settings.total_steps))
+        t2 = time.perf_counter()
+        self.iteration += 1
+        self.global_step += steps
+        metrics.update(self.collector.episode_metrics())
+        metrics.update({"perf/sps": steps / (t2 - t0), "perf/collect_s": t1 - t0,
+                        "perf/update_s": t2 - t1})
+        return metrics
 
     def train(self) -> dict[str, float] | None:
         """Train to ``total_steps`` or the time budget; checkpoint and evaluate at the end.
@@ -154,10 +244,10 @@ class Runner:
         the parameters (``FloatingPointError`` from the algorithm) stops without overwriting the
         last good checkpoint.
         """
-        s = self.s
+        s = self.settings
         logger = Logger(s.run_dir, s.tensorboard, purge_step=self.global_step or None)
         start = time.perf_counter()
-        total_iters = self._iterations_total()
+        total_iters = math.ceil(s.total_steps / (s.steps_per_env * self.env.num_envs))
         out_of_time = False
         try:
             with ProgressBar(s.total_steps, s.progress, start=self.global_step) as bar:
@@ -165,27 +255,16 @@ class Runner:
                     if s.max_minutes and time.perf_counter() - start > 60 * s.max_minutes:
                         out_of_time = True
                         break
-                    t0 = time.perf_counter()
-                    metrics = self._collect()
-                    t1 = time.perf_counter()
-                    metrics.update(self.alg.update(progress=self.global_step / s.total_steps))
-                    t2 = time.perf_counter()
-                    self.iteration += 1
-                    self.global_step += s.steps_per_env * self.env.num_envs
-                    sps = s.steps_per_env * self.env.num_envs / (t2 - t0)
-                    if self.recent_returns:
-                        metrics["rollout/return"] = self.mean_return()
-                        metrics["rollout/length"] = sum(self.recent_lengths) / len(self.recent_lengths)
-                    metrics.update({"perf/sps": sps, "perf/collect_s": t1 - t0,
-                                    "perf/update_s": t2 - t1})
+                    metrics = self._iteration()
                     self.history.append(metrics)
                     if self.iteration % s.log_interval == 0:
                         logger.log(metrics, self.global_step)
-                    bar.update(self.global_step, sps, self.mean_return())
+                    bar.update(self.global_step, metrics["perf/sps"],
+                               metrics.get("rollout/return", math.nan))
                     if self.iteration % s.checkpoint_interval == 0:
                         self.save()
-                    if s.eval_interval and self.iteration % s.eval_interval == 0:
-                        logger.log(self._eval_metrics(), self.global_step)
+                    if self.evaluator and s.eval_interval and self.iteration % s.eval_interval == 0:
+                        logger.log(self.evaluator(self.alg), self.global_step)
         except KeyboardInterrupt:
             path = self.save()
             console.print(f"[yellow]interrupted: checkpoint saved to {path}[/yellow]")
@@ -194,7 +273,7 @@ class Runner:
         except FloatingPointError as err:
             logger.close()
             kept = self.checkpoint_path if self.checkpoint_path.exists() else "none written yet"
-            raise FloatingPointError(
+            raise type(err)(
                 f"training stopped at iteration {self.iteration + 1}: {err}. "
                 f"Last good checkpoint: {kept}"
             ) from err
@@ -202,23 +281,7 @@ class Runner:
             console.print(f"[yellow]max_minutes={s.max_minutes} reached at step "
                           f"{self.global_step:,}: checkpointing and evaluating[/yellow]")
         self.save()
-        final = self._eval_metrics() if self.make_eval_env is not None else None
-        if final is not None:
-            logger.log(final, self.global_step)
+        if self.evaluator is not None:
+            logger.log(self.evaluator(self.alg), self.global_step)
         logger.close()
         return self.last_eval
-
-    def _eval_metrics(self) -> dict[str, float]:
-        if self.make_eval_env is None:
-            return {}
-        if self._eval_env is None:
-            self._eval_env = self.make_eval_env()
-        dev = self.device
-
-        def policy(obs: torch.Tensor) -> torch.Tensor:
-            return self.alg.act_deterministic(obs.to(dev)).to(self._eval_env.device)
-
-        result = evaluate(policy, self._eval_env, seed=derive_seed(self.s.seed, "eval-reset"))
-        self.last_eval = result
-        return {"eval/return": result["return_mean"], "eval/return_std": result["return_std"],
-                "eval/length": result["length_mean"]}
