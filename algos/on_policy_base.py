@@ -20,6 +20,7 @@ from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.normalizer import RunningNormalizer
 from robotrl.nn.policy import GaussianActorCritic
 from robotrl.storage.rollout import RolloutBuffer
+from robotrl.types import Obs, policy_obs
 
 if TYPE_CHECKING:
     from robotrl.envs.base import EnvSpec
@@ -38,6 +39,7 @@ class GaussianOnPolicyConfig(Protocol):
     init_log_std: float
     normalize_obs: bool
     reward_scaling: bool
+    critic_obs: tuple[str, ...]
 
 
 class GaussianOnPolicy:
@@ -63,24 +65,41 @@ class GaussianOnPolicy:
         seed: int | None,
         shared_backbone: bool = False,
         state_dependent_std: bool = False,
+        group_dims: dict[str, int] | None = None,
     ) -> None:
         """Args: ``action_low``/``action_high`` [A] bounds; ``seed`` of the sampling generator
         (None: drawn from torch's global RNG after the network init, so ``torch.manual_seed``
-        fixes it)."""
+        fixes it); ``group_dims`` the widths of the groups in ``cfg.critic_obs`` other than
+        ``policy`` (an asymmetric critic)."""
         self.device = torch.device(device)
         self.num_envs = num_envs
         self.action_low = torch.as_tensor(action_low, dtype=torch.float32).to(self.device)
         self.action_high = torch.as_tensor(action_high, dtype=torch.float32).to(self.device)
         act_dim = self.action_low.numel()
+        self.critic_groups = tuple(cfg.critic_obs)
+        """Observation groups the critic sees, concatenated in this order."""
+        self.asymmetric = self.critic_groups != ("policy",)
+        dims = {"policy": obs_dim, **(group_dims or {})}
+        missing = [g for g in self.critic_groups if g not in dims]
+        if missing:
+            raise ValueError(f"critic_obs names {missing} but no width was given for them "
+                             f"(known: {list(dims)})")
+        critic_dim = sum(dims[g] for g in self.critic_groups) if self.asymmetric else None
         self.policy = GaussianActorCritic(
             obs_dim, act_dim, cfg.actor_hidden, cfg.critic_hidden, cfg.activation,
-            shared_backbone, cfg.init_log_std, state_dependent_std,
+            shared_backbone, cfg.init_log_std, state_dependent_std, critic_obs_dim=critic_dim,
         ).to(self.device)  # fmt: skip
         norm = RunningNormalizer
         self.obs_normalizer = norm(obs_dim).to(self.device) if cfg.normalize_obs else None
+        self.group_normalizers = nn.ModuleDict({
+            g: norm(dims[g]) for g in self.critic_groups if g != "policy" and cfg.normalize_obs
+        }).to(self.device)
+        """One running normalizer per other group the critic sees (the same class as the
+        policy's, whose statistics the critic shares)."""
         self.return_normalizer = norm(1).to(self.device) if cfg.reward_scaling else None
         self.discounted_return = torch.zeros(num_envs, device=self.device)
-        self.buffer = RolloutBuffer(cfg.num_steps, num_envs, obs_dim, act_dim, self.device)
+        self.buffer = RolloutBuffer(cfg.num_steps, num_envs, obs_dim, act_dim, self.device,
+                                    critic_obs_dim=critic_dim)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.generator = torch.Generator(device=self.device)
@@ -92,34 +111,68 @@ class GaussianOnPolicy:
     def build(cls, spec: EnvSpec, cfg: Any, ctx: BuildContext) -> GaussianOnPolicy:
         """The learner for an env with ``spec`` (observation size, action bounds), ``cfg`` its
         config, on ``ctx.device`` for ``ctx.num_envs`` worlds (``robotrl.registry``)."""
-        return cls(spec.obs_dim, spec.action_low, spec.action_high, ctx.num_envs, cfg, ctx.device)
+        groups = [g for g in cfg.critic_obs if g != "policy"]
+        return cls(spec.obs_dim, spec.action_low, spec.action_high, ctx.num_envs, cfg, ctx.device,
+                   group_dims={g: spec.group_dim([g]) for g in groups})
 
-    def _normalize(self, obs: torch.Tensor) -> torch.Tensor:
-        obs = obs.to(self.device, torch.float32)
+    @classmethod
+    def observations(cls, cfg: Any) -> tuple[str, ...]:
+        """``policy`` and the other groups of ``cfg.critic_obs``."""
+        return ("policy", *(g for g in cfg.critic_obs if g != "policy"))
+
+    def _normalize(self, obs: Obs | torch.Tensor) -> torch.Tensor:
+        """The normalized ``policy`` group, [N, obs_dim] float32."""
+        obs = policy_obs(obs).to(self.device, torch.float32)
         return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
 
+    def _critic_input(self, obs: Obs | torch.Tensor, policy: torch.Tensor) -> torch.Tensor:
+        """The critic's input: ``policy`` (the normalized policy group) when symmetric, else the
+        ``critic_groups`` normalized and concatenated, [N, critic_obs_dim]."""
+        if not self.asymmetric:
+            return policy
+        parts = []
+        for group in self.critic_groups:
+            if group == "policy":
+                parts.append(policy)
+                continue
+            if not isinstance(obs, dict) or group not in obs:
+                raise ValueError(f"the critic sees observation group {group!r}, but the "
+                                 f"observation has {list(obs) if isinstance(obs, dict) else 'a bare tensor'}")
+            x = obs[group].to(self.device, torch.float32)
+            parts.append(self.group_normalizers[group](x) if group in self.group_normalizers
+                         else x)
+        return torch.cat(parts, dim=-1)
+
     @torch.no_grad()
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Sample actions for ``obs`` [N, obs_dim] and record the step; returns [N, A] clipped."""
+    def act(self, obs: Obs | torch.Tensor) -> torch.Tensor:
+        """Sample actions for ``obs`` (its ``policy`` group [N, obs_dim], and the critic's
+        groups) and record the step; returns [N, A] clipped."""
         if self._pending:
             raise RuntimeError("act() called twice without process_env_step() in between")
-        obs = obs.to(self.device, torch.float32)
+        policy = policy_obs(obs).to(self.device, torch.float32)
         if self.obs_normalizer is not None:
-            self.obs_normalizer.update(obs)
-        obs = self._normalize(obs)
-        dist, value = self.policy(obs)
+            self.obs_normalizer.update(policy)
+        for group, normalizer in self.group_normalizers.items():
+            normalizer.update(obs[group].to(self.device, torch.float32))
+        policy = self._normalize(policy)
+        critic = self._critic_input(obs, policy) if self.asymmetric else None
+        dist, value = self.policy(policy, critic)
         noise = torch.randn(
             dist.loc.shape, generator=self.generator, device=self.device, dtype=dist.loc.dtype
         )
         action = dist.loc + dist.scale * noise
         # written now: the env may overwrite the tensor it passed as obs during step()
-        self.buffer.add_policy(obs, action, dist.log_prob(action).sum(-1), value)
+        self.buffer.add_policy(policy, action, dist.log_prob(action).sum(-1), value, critic)
         self._pending = True
         return torch.clamp(action, self.action_low, self.action_high)
 
+    def _value(self, obs: Obs | torch.Tensor) -> torch.Tensor:
+        """V(obs) [N] from the critic's groups."""
+        return self.policy.value(self._critic_input(obs, self._normalize(obs)))
+
     @torch.no_grad()
-    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
-        """Clipped mean action for ``obs`` [N, obs_dim]: [N, A]; records nothing."""
+    def act_deterministic(self, obs: Obs | torch.Tensor) -> torch.Tensor:
+        """Clipped mean action for ``obs`` (its ``policy`` group): [N, A]; records nothing."""
         action = self.policy.deterministic(self._normalize(obs))
         return torch.clamp(action, self.action_low, self.action_high)
 
@@ -136,7 +189,7 @@ class GaussianOnPolicy:
         reward: torch.Tensor,
         terminated: torch.Tensor,
         truncated: torch.Tensor,
-        final_obs: torch.Tensor,
+        final_obs: Obs | torch.Tensor,
     ) -> None:
         """Record the outcome of the last ``act``.
 
@@ -144,8 +197,8 @@ class GaussianOnPolicy:
             reward: [N].
             terminated: [N] bool.
             truncated: [N] bool.
-            final_obs: [N, obs_dim] last observation of each episode (before auto-reset); its
-                value bootstraps the truncated rows.
+            final_obs: last observation of each episode (before auto-reset); its value
+                bootstraps the truncated rows.
         """
         if not self._pending:
             raise RuntimeError("process_env_step() called without a preceding act()")
@@ -165,15 +218,15 @@ class GaussianOnPolicy:
         # a critic forward on most steps.
         truncation_value = None
         if truncated.device.type != "cpu" or bool(truncated.any()):
-            truncation_value = self.policy.value(self._normalize(final_obs))
+            truncation_value = self._value(final_obs)
         self.buffer.add_env(reward, terminated, truncated, truncation_value)
         self._pending = False
 
     @torch.no_grad()
-    def compute_returns(self, last_obs: torch.Tensor) -> None:
-        """Fill the buffer's next_value, advantages and returns; ``last_obs`` [N, obs_dim]."""
+    def compute_returns(self, last_obs: Obs | torch.Tensor) -> None:
+        """Fill the buffer's next_value, advantages and returns from ``last_obs``."""
         buf = self.buffer
-        buf.fill_next_value(self.policy.value(self._normalize(last_obs)))
+        buf.fill_next_value(self._value(last_obs))
         advantages, returns = gae(
             buf.reward,
             buf.value,
@@ -207,6 +260,7 @@ class GaussianOnPolicy:
         return {
             "policy": self.policy.state_dict(),
             "obs_normalizer": _module_state(self.obs_normalizer),
+            "group_normalizers": self.group_normalizers.state_dict(),
             "return_normalizer": _module_state(self.return_normalizer),
             "discounted_return": self.discounted_return,
             "generator": self.generator.get_state(),
@@ -221,6 +275,7 @@ class GaussianOnPolicy:
                 raise ValueError(f"{name} in the checkpoint does not match this config")
             if module is not None:
                 module.load_state_dict(state[name])
+        self.group_normalizers.load_state_dict(state.get("group_normalizers", {}))
         self.discounted_return.copy_(state["discounted_return"])
         self.generator.set_state(state["generator"].cpu())
         self.buffer.clear()

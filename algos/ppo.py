@@ -24,6 +24,7 @@ from robotrl.algos.optim import GradientStep, NonFiniteError
 from robotrl.algos.pg_core import policy_loss, value_loss
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.nn.policy import GaussianActorCritic
+from robotrl.types import check_groups
 
 MIN_ADAPTIVE_LR = 1e-5
 """Floor of the KL-adaptive learning rate."""
@@ -84,10 +85,14 @@ class PPOConfig:
     """Standardize advantages over each rollout before the epochs."""
     reward_scaling: bool = True
     """Divide rewards by the running std of the discounted return, clip to +-10 (Engstrom et al. 2020)."""
+    critic_obs: tuple[str, ...] = ("policy",)
+    """Observation groups the critic sees, concatenated in order; ``[policy, privileged]`` makes
+    an asymmetric actor-critic (the actor, and so the export, sees ``policy`` only)."""
 
     def __post_init__(self) -> None:
         self.actor_hidden = tuple(int(w) for w in self.actor_hidden)
         self.critic_hidden = tuple(int(w) for w in self.critic_hidden)
+        self.critic_obs = check_groups(self.critic_obs, "critic_obs")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(
                 f"unknown lr_schedule {self.lr_schedule!r}; known: {', '.join(LR_SCHEDULES)}"
@@ -133,14 +138,15 @@ def ppo_loss(
     Args:
         policy: the actor-critic being optimized.
         batch: ``obs`` [B, obs_dim], ``action`` [B, A], ``log_prob``, ``value``,
-            ``advantages``, ``returns`` [B] (a ``RolloutBuffer`` minibatch).
+            ``advantages``, ``returns`` [B] (a ``RolloutBuffer`` minibatch); ``critic_obs``
+            [B, critic_obs_dim] for an asymmetric critic.
         cfg: clip widths and loss weights.
 
     Returns:
         ``(loss [], metrics)``; metrics are detached scalars under the keys of
         ``LOSS_METRIC_KEYS`` (``loss/value`` unweighted, ``loss/entropy`` = -entropy).
     """
-    dist, value = policy(batch["obs"])
+    dist, value = policy(batch["obs"], batch.get("critic_obs"))
     log_prob = dist.log_prob(batch["action"]).sum(-1)
     entropy = dist.entropy().sum(-1).mean()
     pg_loss, pg_metrics = policy_loss(
@@ -197,13 +203,14 @@ class PPO(GaussianOnPolicy):
         cfg: PPOConfig | None = None,
         device: str | torch.device = "cpu",
         seed: int | None = None,
+        group_dims: dict[str, int] | None = None,
     ) -> None:
         """Args: ``action_low``/``action_high`` [A] bounds; ``seed`` of the sampling generator
         (None: drawn from torch's global RNG, so ``torch.manual_seed`` fixes it)."""
         self.cfg = cfg = cfg if cfg is not None else PPOConfig()
         super().__init__(
             obs_dim, action_low, action_high, num_envs, cfg, device, seed,
-            cfg.shared_backbone, cfg.state_dependent_std,
+            cfg.shared_backbone, cfg.state_dependent_std, group_dims,
         )  # fmt: skip
         self.lr = cfg.learning_rate
         # eps=1e-5 as in the PPO reference implementation (Andrychowicz et al. 2021, C.8)

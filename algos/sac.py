@@ -27,6 +27,7 @@ from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.nn.squashed_gaussian import SquashedGaussianActor
 from robotrl.storage.replay import ReplayBuffer
+from robotrl.types import Obs, check_groups, policy_obs
 
 if TYPE_CHECKING:
     from robotrl.envs.base import EnvSpec
@@ -81,9 +82,17 @@ class SACConfig:
     activation: str = "relu"
     """Hidden activation: relu, tanh, elu, silu or gelu."""
 
+    critic_obs: tuple[str, ...] = ("policy",)
+    """Observation groups the critics see, concatenated in order, ``policy`` first;
+    ``[policy, privileged]`` makes an asymmetric actor-critic (the actor sees ``policy``)."""
+
     def __post_init__(self) -> None:
         self.actor_hidden = tuple(int(w) for w in self.actor_hidden)
         self.critic_hidden = tuple(int(w) for w in self.critic_hidden)
+        self.critic_obs = check_groups(self.critic_obs, "critic_obs")
+        if self.critic_obs[0] != "policy":
+            raise ValueError(f"SAC's critic_obs must start with policy (the critic sees what "
+                             f"the actor sees, then more), got {list(self.critic_obs)}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"unknown activation {self.activation!r}; known: {', '.join(ACTIVATIONS)}"
@@ -195,9 +204,11 @@ class SAC:
         cfg: SACConfig | None = None,
         device: str | torch.device = "cpu",
         seed: int | None = None,
+        group_dims: dict[str, int] | None = None,
     ) -> None:
         """Args: ``action_low``/``action_high`` [A] finite bounds; ``seed`` of the generator
-        (None: drawn from torch's global RNG, so ``torch.manual_seed`` fixes it)."""
+        (None: drawn from torch's global RNG, so ``torch.manual_seed`` fixes it);
+        ``group_dims`` the widths of ``cfg.critic_obs`` groups after ``policy``."""
         self.cfg = cfg = cfg if cfg is not None else SACConfig()
         self.device = dev = torch.device(device)
         self.num_envs = num_envs
@@ -210,8 +221,16 @@ class SAC:
         self.action_scale = (high - low) / 2
         self.action_bias = (high + low) / 2
         act_dim = low.numel()
+        self.obs_dim = obs_dim
+        self.extra_groups = cfg.critic_obs[1:]
+        """Groups the critics see besides ``policy``; replay rows hold ``policy`` then these."""
+        dims = group_dims or {}
+        missing = [g for g in self.extra_groups if g not in dims]
+        if missing:
+            raise ValueError(f"critic_obs names {missing} but no width was given for them")
+        state_dim = obs_dim + sum(dims[g] for g in self.extra_groups)
         self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.actor_hidden, cfg.activation).to(dev)
-        self.critic = EnsembleQ(obs_dim, act_dim, cfg.critic_hidden, cfg.num_critics,
+        self.critic = EnsembleQ(state_dim, act_dim, cfg.critic_hidden, cfg.num_critics,
                                 cfg.activation).to(dev)  # fmt: skip
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=dev, requires_grad=True)
@@ -225,7 +244,7 @@ class SAC:
         self.critic_step = GradientStep("SAC", "critic", self.critic_opt)
         self.actor_step = GradientStep("SAC", "actor", self.actor_opt)
         self.alpha_step = GradientStep("SAC", "alpha", self.alpha_opt)
-        self.buffer = ReplayBuffer(cfg.buffer_size, obs_dim, act_dim, dev)
+        self.buffer = ReplayBuffer(cfg.buffer_size, state_dim, act_dim, dev)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.generator = torch.Generator(device=dev)
@@ -242,32 +261,52 @@ class SAC:
     def build(cls, spec: EnvSpec, cfg: Any, ctx: BuildContext) -> SAC:
         """The learner for an env with ``spec`` (observation size, action bounds), ``cfg`` its
         config, on ``ctx.device`` for ``ctx.num_envs`` worlds (``robotrl.registry``)."""
-        return cls(spec.obs_dim, spec.action_low, spec.action_high, ctx.num_envs, cfg, ctx.device)
+        return cls(spec.obs_dim, spec.action_low, spec.action_high, ctx.num_envs, cfg, ctx.device,
+                   group_dims={g: spec.group_dim([g]) for g in cfg.critic_obs[1:]})
+
+    @classmethod
+    def observations(cls, cfg: Any) -> tuple[str, ...]:
+        """The groups of ``cfg.critic_obs`` (``policy`` first)."""
+        return tuple(cfg.critic_obs)
 
     # ------------------------------------------------------------------ acting
     def _to_env(self, action: torch.Tensor) -> torch.Tensor:
         return action * self.action_scale + self.action_bias
 
+    def _state(self, obs: Obs | torch.Tensor) -> torch.Tensor:
+        """A replay row: the ``policy`` group then ``extra_groups``, [N, state_dim] float32."""
+        policy = policy_obs(obs).to(self.device, torch.float32)
+        if not self.extra_groups:
+            return policy
+        extra = [obs[g].to(self.device, torch.float32) for g in self.extra_groups]
+        return torch.cat([policy, *extra], dim=-1)
+
+    def _actor_input(self, state: torch.Tensor) -> torch.Tensor:
+        """The ``policy`` columns of replay rows [B, state_dim]: [B, obs_dim]."""
+        return state[:, : self.obs_dim] if self.extra_groups else state
+
     @torch.no_grad()
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Exploration actions [N, A] in the env's bounds for ``obs`` [N, obs_dim]; uniform
-        random until ``learning_starts`` transitions are stored."""
+    def act(self, obs: Obs | torch.Tensor) -> torch.Tensor:
+        """Exploration actions [N, A] in the env's bounds for ``obs`` (its ``policy`` group
+        [N, obs_dim]); uniform random until ``learning_starts`` transitions are stored."""
         if self._pending is not None:
             raise RuntimeError("act() called twice without process_env_step() in between")
-        obs = obs.to(self.device, torch.float32)
+        state = self._state(obs)
+        obs = self._actor_input(state)
         if self.transitions < self.cfg.learning_starts:
             action = torch.rand(obs.shape[0], self.action_scale.numel(), generator=self.generator,
                                 device=self.device) * 2.0 - 1.0  # fmt: skip
         else:
             action, _ = self.actor.sample(obs, self.generator)
         # cloned: the env may overwrite the tensor it passed as obs during step()
-        self._pending = (obs.clone(), action)
+        self._pending = (state.clone(), action)
         return self._to_env(action)
 
     @torch.no_grad()
-    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+    def act_deterministic(self, obs: Obs | torch.Tensor) -> torch.Tensor:
         """Mean action tanh(mu(obs)) mapped to the bounds: [N, A]; records nothing."""
-        return self._to_env(self.actor.deterministic(obs.to(self.device, torch.float32)))
+        policy = policy_obs(obs).to(self.device, torch.float32)
+        return self._to_env(self.actor.deterministic(policy))
 
     def export_actor(self) -> DeterministicActor:
         """Frozen copy of ``act_deterministic`` for sim2real export: mean head, tanh, bounds."""
@@ -281,14 +320,14 @@ class SAC:
         reward: torch.Tensor,
         terminated: torch.Tensor,
         truncated: torch.Tensor,
-        final_obs: torch.Tensor,
+        final_obs: Obs | torch.Tensor,
     ) -> None:
         """Store the last ``act``'s transitions.
 
         Args:
             reward: [N].
             terminated, truncated: [N] bool.
-            final_obs: [N, obs_dim] the observation after the step, before any auto-reset
+            final_obs: the observation after the step, before any auto-reset
                 (``info["final_obs"]``): the next state of every transition, so truncated
                 episodes bootstrap from their true last state.
         """
@@ -297,7 +336,7 @@ class SAC:
         obs, action = self._pending
         self._pending = None
         dev = self.device
-        self.buffer.add(obs, action, reward.to(dev, torch.float32), final_obs.to(dev, torch.float32),
+        self.buffer.add(obs, action, reward.to(dev, torch.float32), self._state(final_obs),
                         terminated.to(dev, torch.bool), truncated.to(dev, torch.bool))  # fmt: skip
         self.transitions += obs.shape[0]
         if self.transitions >= self.cfg.learning_starts:
@@ -310,7 +349,8 @@ class SAC:
         batch = self.buffer.sample(cfg.batch_size, self.generator)
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
-            next_action, next_log_prob = self.actor.sample(batch["next_obs"], self.generator)
+            next_action, next_log_prob = self.actor.sample(self._actor_input(batch["next_obs"]),
+                                                           self.generator)
             next_q = self.critic_target(batch["next_obs"], next_action)
             target = soft_td_target(batch["reward"], batch["terminated"], next_q, next_log_prob,
                                     alpha, cfg.gamma)
@@ -322,7 +362,7 @@ class SAC:
         if self.num_updates % cfg.actor_update_interval == 0:
             # frozen critic: the actor's backward pass skips the critics' weight gradients
             self.critic.requires_grad_(False)
-            action, log_prob = self.actor.sample(batch["obs"], self.generator)
+            action, log_prob = self.actor.sample(self._actor_input(batch["obs"]), self.generator)
             a_loss, a_metrics = actor_loss(log_prob, self.critic(batch["obs"], action), alpha)
             a_metrics[self.actor_step.metric] = self.actor_step(a_loss, check=False)
             self.critic.requires_grad_(True)

@@ -29,6 +29,7 @@ from robotrl.algos.on_policy_base import GaussianOnPolicy
 from robotrl.algos.optim import GradientStep, NonFiniteError, nonfinite_message
 from robotrl.algos.pg_core import gaussian_kl, surrogate_loss, value_loss
 from robotrl.nn.mlp import ACTIVATIONS
+from robotrl.types import check_groups
 
 
 @dataclass
@@ -79,10 +80,14 @@ class TRPOConfig:
     """Normalize observations by running mean and variance (updated while acting)."""
     reward_scaling: bool = True
     """Divide rewards by the running std of the discounted return, clip to +-10 (Engstrom et al. 2020)."""
+    critic_obs: tuple[str, ...] = ("policy",)
+    """Observation groups the critic sees, concatenated in order; ``[policy, privileged]`` makes
+    an asymmetric actor-critic (the actor, and so the export, sees ``policy`` only)."""
 
     def __post_init__(self) -> None:
         self.actor_hidden = tuple(int(w) for w in self.actor_hidden)
         self.critic_hidden = tuple(int(w) for w in self.critic_hidden)
+        self.critic_obs = check_groups(self.critic_obs, "critic_obs")
         if self.activation not in ACTIVATIONS:
             raise ValueError(
                 f"unknown activation {self.activation!r}; known: {', '.join(ACTIVATIONS)}"
@@ -205,6 +210,7 @@ class TRPO(GaussianOnPolicy):
         cfg: TRPOConfig | None = None,
         device: str | torch.device = "cpu",
         seed: int | None = None,
+        group_dims: dict[str, int] | None = None,
     ) -> None:
         """Args: ``action_low``/``action_high`` [A] bounds; ``seed`` of the sampling generator
         (None: drawn from torch's global RNG, so ``torch.manual_seed`` fixes it)."""
@@ -212,6 +218,7 @@ class TRPO(GaussianOnPolicy):
         super().__init__(
             obs_dim, action_low, action_high, num_envs, cfg, device, seed,
             shared_backbone=False, state_dependent_std=cfg.state_dependent_std,
+            group_dims=group_dims,
         )  # fmt: skip
         self.actor_params = [
             p for name, p in self.policy.named_parameters() if not name.startswith("critic_head.")
@@ -300,7 +307,8 @@ class TRPO(GaussianOnPolicy):
             for i, batch in enumerate(
                 self.buffer.minibatches(cfg.critic_minibatches, self.generator)
             ):
-                loss, _ = value_loss(self.policy.value(batch["obs"]), batch["value"],
+                critic_in = batch.get("critic_obs", batch["obs"])
+                loss, _ = value_loss(self.policy.value(critic_in), batch["value"],
                                      batch["returns"])  # fmt: skip
                 grad_norm = self.critic_step(loss, f"value epoch {epoch}, minibatch {i}")
                 total += torch.stack([loss.detach(), grad_norm])

@@ -2,11 +2,17 @@
 
 A ``BatchedEnv`` holds ``num_envs`` worlds and exchanges torch tensors on ``env.device``:
 
-    obs = env.reset(seed=0)                 # [N, obs_dim]
+    obs = env.reset(seed=0)                 # {"policy": [N, obs_dim], ...other groups}
     out = env.step(action)                  # action: [N, act_dim]
-    out.obs, out.reward                     # [N, obs_dim], [N]
+    out.obs["policy"], out.reward           # [N, obs_dim], [N]
     out.terminated, out.truncated           # [N] bool, kept separate (bootstrap on truncation)
-    out.info["final_obs"]                   # [N, obs_dim]: the observation before auto-reset
+    out.info["final_obs"]                   # the observation before auto-reset, same groups
+
+An observation is a mapping of named groups, each ``[N, ...]``, declared with shape and dtype in
+``spec.observations``: ``policy`` always (what a deployed controller sees); ``privileged``
+(state a controller cannot measure: true base velocity, randomized physics), ``goal``,
+``image``, ``tokens`` where a backend and task provide them. Plain ``dict[str, Tensor]``: a
+``TensorDict`` was measured slower per step (benchmarks/README.md, "Observation container").
 
 Finished worlds reset automatically inside ``step``; for them ``out.obs`` is the first
 observation of the next episode and ``info["final_obs"]`` the last one of the finished episode
@@ -21,13 +27,28 @@ from typing import Any, NamedTuple
 
 import torch
 
+from robotrl.types import Obs
+
+GROUPS: tuple[str, ...] = ("policy", "privileged", "goal", "image", "tokens")
+"""Observation groups with an agreed meaning; backends may add others."""
+
+
+@dataclass(frozen=True)
+class ObsSpec:
+    """Shape (without the leading N) and dtype of one observation group."""
+
+    shape: tuple[int, ...]
+    """Per-world shape, e.g. ``(11,)`` or ``(3, 32, 32)``."""
+    dtype: torch.dtype = torch.float32
+    """Element type; only floating groups are normalized."""
+
 
 @dataclass(frozen=True)
 class EnvSpec:
     """Static description of a batched environment."""
 
     obs_dim: int
-    """Length of the flat policy observation."""
+    """Length of the flat ``policy`` observation."""
     action_dim: int
     """Length of the action vector."""
     action_low: torch.Tensor
@@ -40,17 +61,40 @@ class EnvSpec:
     """Steps after which an episode is truncated."""
     reward_terms: tuple[str, ...] = ()
     """Names of the reward terms reported in ``info["reward_terms"]``."""
-    obs_groups: dict[str, int] = field(default_factory=dict)
-    """Named observation groups and their sizes (``{"policy": obs_dim}`` when empty)."""
+    observations: dict[str, ObsSpec] = field(default_factory=dict)
+    """Every observation group the env returns (``{"policy": ObsSpec((obs_dim,))}`` when empty)."""
     task: str = ""
     """Task name the env was made for."""
+
+    def __post_init__(self) -> None:
+        groups = dict(self.observations) or {"policy": ObsSpec((self.obs_dim,))}
+        if groups.get("policy") != ObsSpec((self.obs_dim,)):
+            raise ValueError(f"observation group 'policy' must be ObsSpec(({self.obs_dim},)) "
+                             f"(obs_dim), got {groups.get('policy')}")
+        object.__setattr__(self, "observations", groups)
+
+    def group_dim(self, names: tuple[str, ...] | list[str]) -> int:
+        """Width of the flat groups ``names`` concatenated in that order; an unknown or
+        non-flat group fails naming the available ones."""
+        total = 0
+        for name in names:
+            group = self.observations.get(name)
+            if group is None:
+                raise ValueError(f"observation group {name!r} is not in this env "
+                                 f"({self.task or 'env'}); available: {list(self.observations)}")
+            if len(group.shape) != 1 or not group.dtype.is_floating_point:
+                raise ValueError(f"observation group {name!r} is {group}, not a flat float "
+                                 "vector; it cannot be concatenated")
+            total += group.shape[0]
+        return total
 
 
 class StepOut(NamedTuple):
     """What ``BatchedEnv.step`` returns; every tensor has leading dimension N = num_envs."""
 
-    obs: torch.Tensor
-    """[N, obs_dim] float32: next observation (the reset one for finished worlds)."""
+    obs: Obs
+    """Next observation (the reset one for finished worlds): ``{"policy": [N, obs_dim]}`` and
+    the env's other groups."""
     reward: torch.Tensor
     """[N] float32."""
     terminated: torch.Tensor
@@ -58,7 +102,7 @@ class StepOut(NamedTuple):
     truncated: torch.Tensor
     """[N] bool: the episode was cut by the time limit (bootstrap from ``final_obs``)."""
     info: dict[str, Any]
-    """``final_obs`` [N, obs_dim], ``reward_terms`` {name: [N]}, backend extras."""
+    """``final_obs`` (an ``Obs``), ``reward_terms`` {name: [N]}, backend extras."""
 
 
 class BatchedEnv(ABC):
@@ -69,10 +113,10 @@ class BatchedEnv(ABC):
     spec: EnvSpec
 
     @abstractmethod
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None) -> Obs:
         """Reset every world; reseed the reset distribution when ``seed`` is given.
 
-        Returns the observation, [N, obs_dim].
+        Returns the observation (``{"policy": [N, obs_dim], ...}``).
         """
 
     @abstractmethod
@@ -134,6 +178,20 @@ def check_action(action: torch.Tensor, spec: EnvSpec, num_envs: int) -> None:
             f"action contains NaN or Inf in envs {bad[:10]}{'...' if len(bad) > 10 else ''}; "
             "refusing to feed it to the physics"
         )
+
+
+def obs_to(obs: Obs, device: torch.device | str) -> Obs:
+    """Every group of ``obs`` on ``device``."""
+    return {name: value.to(device) for name, value in obs.items()}
+
+
+def where_done(done: torch.Tensor, reset: Obs, final: Obs) -> Obs:
+    """Per group: rows of ``reset`` where ``done`` [N] bool, else ``final``."""
+    out = {}
+    for name, value in final.items():
+        mask = done.to(value.device).reshape(-1, *([1] * (value.dim() - 1)))
+        out[name] = torch.where(mask, reset[name], value)
+    return out
 
 
 def end_unstable(unstable: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,

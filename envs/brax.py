@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action, check_action_shape
+from robotrl.envs.base import BatchedEnv, EnvSpec, Obs, StepOut, check_action, check_action_shape
 from robotrl.envs.jax_bridge import (
     GPU_LS_ITERATIONS,
     jax,
@@ -133,7 +133,7 @@ class BraxEnv(RandomizedEnv, BatchedEnv):
             obs_dim=obs_dim, action_dim=int(self.brax_env.action_size), action_low=low,
             action_high=high, control_dt=float(self.brax_env.dt),
             max_episode_steps=max_episode_steps, reward_terms=terms,
-            obs_groups={"policy": obs_dim}, task=name,
+            task=name,
         )
         self._state, self._first = first, first
         self._steps = jax.device_put(jnp.zeros(num_envs, jnp.int32), self._jdev)
@@ -218,7 +218,7 @@ class BraxEnv(RandomizedEnv, BatchedEnv):
         return r[:, 0].clone(), r[:, 1].clone()
 
     # ------------------------------------------------------------------ protocol
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None) -> Obs:
         dr = self._dr
         if seed is not None:
             self._key = jax.device_put(jax.random.PRNGKey(seed), self._jdev)
@@ -229,7 +229,7 @@ class BraxEnv(RandomizedEnv, BatchedEnv):
         self._state = self._first = self._reset_fn(self._next_keys(), self._model_fields())
         self._steps = jnp.zeros_like(self._steps)
         obs = to_torch(self._state.obs).to(torch.float32)
-        return obs if dr is None else dr.observe(obs.double()).float()
+        return {"policy": obs if dr is None else dr.observe(obs.double()).float()}
 
     def step(self, action: torch.Tensor) -> StepOut:
         if self._gpu:
@@ -260,9 +260,9 @@ class BraxEnv(RandomizedEnv, BatchedEnv):
                 self._state, self._first, self._steps, to_jax(done), keys, self._model_fields())
             reset_obs = dr.observe(to_torch(self._state.obs).double()).float()
             obs = torch.where(done[:, None], reset_obs, final_obs)
-        info = {"final_obs": final_obs, "reward_terms": terms}
-        return StepOut(obs, to_torch(out["reward"]).to(torch.float32), terminated, truncated,
-                       info)
+        info = {"final_obs": {"policy": final_obs}, "reward_terms": terms}
+        return StepOut({"policy": obs}, to_torch(out["reward"]).to(torch.float32), terminated,
+                       truncated, info)
 
     # ------------------------------------------------------------------ snapshots
     def get_state(self) -> torch.Tensor:

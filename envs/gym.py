@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
+from robotrl.envs.base import BatchedEnv, EnvSpec, Obs, StepOut, check_action
 
 VECTORIZATIONS: tuple[str, ...] = ("sync", "async")
 """How ``GymnasiumEnv`` vectorizes an env id: ``SyncVectorEnv`` or ``AsyncVectorEnv``."""
@@ -218,7 +218,6 @@ class GymnasiumEnv(BatchedEnv):
             control_dt=float(dt) if isinstance(dt, (int, float, np.number)) else math.nan,
             max_episode_steps=int(limit) if limit is not None else 0,
             reward_terms=(),
-            obs_groups={"policy": obs_dim},
             task=name,
         )
         self.spec = dataclasses.replace(self.spec, reward_terms=self._probe_reward_terms())
@@ -276,10 +275,11 @@ class GymnasiumEnv(BatchedEnv):
         return terms
 
     # ------------------------------------------------------------------ protocol
-    def reset(self, seed: int | None = None) -> torch.Tensor:
-        """Reset every world (sub-env ``i`` seeded with ``seed + i`` when given); [N, obs_dim]."""
+    def reset(self, seed: int | None = None) -> Obs:
+        """Reset every world (sub-env ``i`` seeded with ``seed + i`` when given);
+        ``{"policy": [N, obs_dim]}``."""
         obs, _ = self.vector_env.reset(seed=seed)
-        return self._to_torch(obs)
+        return {"policy": self._to_torch(obs)}
 
     def step(self, action: torch.Tensor) -> StepOut:
         check_action(action, self.spec, self.num_envs)
@@ -296,12 +296,12 @@ class GymnasiumEnv(BatchedEnv):
             if done.any():
                 obs, _ = self.vector_env.reset(options={"reset_mask": done})
         out_info: dict[str, Any] = {
-            "final_obs": torch.from_numpy(final).to(self.device),
+            "final_obs": {"policy": torch.from_numpy(final).to(self.device)},
             "reward_terms": terms,
             "gym_info": info,
         }
         return StepOut(
-            self._to_torch(obs),
+            {"policy": self._to_torch(obs)},
             torch.from_numpy(np.asarray(reward, np.float32).reshape(self.num_envs)).to(self.device),
             torch.from_numpy(terminated).to(self.device),
             torch.from_numpy(truncated).to(self.device),

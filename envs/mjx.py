@@ -45,6 +45,7 @@ import torch
 from robotrl.envs.base import (
     BatchedEnv,
     EnvSpec,
+    Obs,
     StepOut,
     check_action,
     check_action_shape,
@@ -177,7 +178,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         self.spec = EnvSpec(
             obs_dim=task.obs_dim, action_dim=model.nu, action_low=low, action_high=high,
             control_dt=task.dt, max_episode_steps=task.cfg.max_episode_steps,
-            reward_terms=task.reward_terms, obs_groups={"policy": task.obs_dim}, task=task.name,
+            reward_terms=task.reward_terms, task=task.name,
         )
         self._state_layout = self._full_physics_layout()
         self._build(num_envs)
@@ -267,7 +268,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         return x.to(torch.float32)
 
     # ------------------------------------------------------------------ protocol
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None) -> Obs:
         dr = self._dr
         if seed is not None:
             self._gen.manual_seed(seed)
@@ -280,7 +281,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
             self._restart_worlds(mask, self._reset_fields())
             self._steps.zero_()
             obs = self.task.observe(self.sim)
-            return self._out(obs if dr is None else dr.observe(obs))
+            return {"policy": self._out(obs if dr is None else dr.observe(obs))}
 
     def step(self, action: torch.Tensor) -> StepOut:
         if self._gpu:
@@ -329,11 +330,11 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
                     reset_obs = dr.observe(reset_obs)
                 next_obs = torch.where(done[:, None], self._out(reset_obs), final_obs)
         info: dict[str, Any] = {
-            "final_obs": final_obs,
+            "final_obs": {"policy": final_obs},
             "reward_terms": {k: self._out(v) for k, v in terms.items()},
             "unstable": n_unstable,
         }
-        return StepOut(next_obs, self._out(reward), terminated, truncated, info)
+        return StepOut({"policy": next_obs}, self._out(reward), terminated, truncated, info)
 
     @property
     def num_unstable(self) -> int:

@@ -22,10 +22,22 @@ import numpy as np
 import torch
 from mujoco.batch import Batch, SimulationError
 
-from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action, end_unstable
+from robotrl.envs.base import (
+    BatchedEnv,
+    EnvSpec,
+    Obs,
+    ObsSpec,
+    StepOut,
+    check_action,
+    end_unstable,
+    where_done,
+)
 from robotrl.envs.randomization import RandomizationConfig, resolve
 from robotrl.envs.randomizer import BatchRandomizer, RandomizedEnv, randomization_seed
 from robotrl.envs.tasks.base import MujocoTask
+
+OBSERVATIONS: tuple[str, ...] = ("policy", "privileged")
+"""Observation groups this backend can return."""
 
 _STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
 # warnings after which MuJoCo has auto-reset the world: the physics went unstable
@@ -77,6 +89,11 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
     ``randomization`` (a preset name, a mapping or a ``RandomizationConfig``; see
     ``robotrl.envs.randomization``) randomizes each world's physics per episode; without it the
     env runs the nominal model with no extra work.
+
+    ``observations`` names the groups to return besides ``policy``: ``privileged`` is
+    [N, len(root_dofs) + nbody + ngeom] float32, the true base velocity
+    (``MujocoTask.privileged``) then each body's mass and each geom's sliding friction as this
+    world simulates them (randomized or nominal).
     """
 
     def __init__(
@@ -87,9 +104,14 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         seed: int = 0,
         num_threads: int = 0,
         randomization: str | dict[str, Any] | RandomizationConfig | None = None,
+        observations: tuple[str, ...] = ("policy",),
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        unknown = set(observations) - set(OBSERVATIONS)
+        if unknown or "policy" not in observations:
+            raise ValueError(f"observations must include 'policy' and be among "
+                             f"{list(OBSERVATIONS)}, got {list(observations)}")
         self.task = task
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -108,6 +130,8 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             self.sim.add("cfrc_ext", self._cfrc)
             self._scratch = mujoco.MjData(self.model)
         low, high = task.action_bounds()
+        privileged = len(task.root_dofs) + self.model.nbody + self.model.ngeom
+        groups = {"policy": ObsSpec((task.obs_dim,)), "privileged": ObsSpec((privileged,))}
         self.spec = EnvSpec(
             obs_dim=task.obs_dim,
             action_dim=self.model.nu,
@@ -116,7 +140,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             control_dt=task.dt,
             max_episode_steps=task.cfg.max_episode_steps,
             reward_terms=task.reward_terms,
-            obs_groups={"policy": task.obs_dim},
+            observations={g: groups[g] for g in OBSERVATIONS if g in observations},
             task=task.name,
         )
         self._gen = torch.Generator().manual_seed(seed)
@@ -196,15 +220,37 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         x = x.to(torch.float32)
         return x if self.device.type == "cpu" else x.to(self.device, non_blocking=True)
 
+    def _observe(self, policy: torch.Tensor) -> Obs:
+        """The observation groups, given the ``policy`` group [N, obs_dim] float64 (noised)."""
+        obs = {"policy": self._out(policy)}
+        if "privileged" in self.spec.observations:
+            # an unstable world's state may be NaN: it ends this step, its values must not
+            # reach a normalizer (as end_unstable does for the policy group)
+            obs["privileged"] = self._out(torch.nan_to_num(torch.cat([
+                self.task.privileged(self.sim), *self._physics_features()], dim=1)))
+        return obs
+
+    def _physics_features(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Body masses [N, nbody] and geom sliding frictions [N, ngeom], float64, as simulated."""
+        values = {} if self._dr is None else self._dr.physics_params()
+        n, m = self.num_envs, self.model
+        mass = values.get("body_mass")
+        friction = values.get("friction")
+        if mass is None:
+            mass = torch.from_numpy(m.body_mass).expand(n, -1)
+        if friction is None:
+            friction = torch.from_numpy(m.geom_friction[:, 0]).expand(n, -1)
+        return mass, friction
+
     # ------------------------------------------------------------------ protocol
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None) -> Obs:
         if seed is not None:
             self._gen.manual_seed(seed)
             if self._dr is not None:
                 self._dr.gen.manual_seed(randomization_seed(seed))
         self._reset_worlds(np.arange(self.num_envs, dtype=np.int32))
         obs = self.task.observe(self.sim)
-        return self._out(obs if self._dr is None else self._dr.observe(obs))
+        return self._observe(obs if self._dr is None else self._dr.observe(obs))
 
     def step(self, action: torch.Tensor) -> StepOut:
         check_action(action, self.spec, self.num_envs)
@@ -233,7 +279,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         if dr is not None:
             obs = dr.observe(obs)
             dr.after_step(self._steps.masked_fill(done, 0))
-        final_obs = self._out(obs)
+        final_obs = self._observe(obs)
         next_obs = final_obs
         if bool(done.any()):
             ids = done.nonzero().flatten().numpy().astype(np.int32)
@@ -241,8 +287,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             reset_obs = self.task.observe(self.sim)
             if dr is not None:
                 reset_obs = dr.observe(reset_obs)
-            next_obs = torch.where(done[:, None].to(final_obs.device),
-                                   self._out(reset_obs), final_obs)
+            next_obs = where_done(done, self._observe(reset_obs), final_obs)
         info: dict[str, Any] = {
             "final_obs": final_obs,
             "reward_terms": {k: self._out(v) for k, v in terms.items()},

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from robotrl.envs.base import BatchedEnv, EnvSpec, StepOut, check_action
+from robotrl.envs.base import BatchedEnv, EnvSpec, Obs, StepOut, check_action
 
 
 class Wrapper(BatchedEnv):
@@ -60,7 +60,7 @@ class Wrapper(BatchedEnv):
             raise AttributeError(name)
         return getattr(self.env, name)
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None) -> Obs:
         return self.env.reset(seed)
 
     def step(self, action: torch.Tensor) -> StepOut:
@@ -243,7 +243,7 @@ class RecordEpisodeStatistics(Wrapper):
         self._flush()
         return self._num_episodes
 
-    def reset(self, seed: int | None = None) -> torch.Tensor:
+    def reset(self, seed: int | None = None) -> Obs:
         self.episode_returns.zero_()
         self.episode_lengths.zero_()
         return self.env.reset(seed)

@@ -12,6 +12,28 @@ if TYPE_CHECKING:
     from robotrl.nn.actor import DeterministicActor
 
 
+Obs = dict[str, torch.Tensor]
+"""An observation: group name -> [N, ...] tensor (``policy`` always; see ``robotrl.envs.base``)."""
+
+
+def policy_obs(obs: Obs | torch.Tensor) -> torch.Tensor:
+    """The ``policy`` group of ``obs``; a bare tensor is taken as the policy group itself (a
+    flat env or a hand-written loop)."""
+    return obs if isinstance(obs, torch.Tensor) else obs["policy"]
+
+
+def check_groups(groups: Any, key: str) -> tuple[str, ...]:
+    """``groups`` as a tuple of distinct observation-group names; a bad value fails naming
+    ``key``."""
+    if isinstance(groups, str):
+        groups = (groups,)
+    out = tuple(str(g) for g in groups)
+    if not out or len(set(out)) != len(out):
+        raise ValueError(f"{key} must list distinct observation groups (e.g. [policy, "
+                         f"privileged]), got {list(out)}")
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class BuildContext:
     """Where and at what scale a learner runs (everything but its own config and the spec)."""
@@ -38,17 +60,25 @@ class Learner(Protocol):
         """The learner for an env with ``spec``, configured by ``cfg``, placed by ``ctx``."""
         ...
 
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
-        """Actions [N, act_dim] for obs [N, obs_dim]; records what the update needs."""
+    @classmethod
+    def observations(cls, cfg: Any) -> tuple[str, ...]:
+        """The observation groups the learner configured by ``cfg`` reads (``policy`` first);
+        the builder asks the env for them."""
         ...
 
-    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+    def act(self, obs: Obs) -> torch.Tensor:
+        """Actions [N, act_dim] for an observation (``policy`` [N, obs_dim], other groups);
+        records what the update needs."""
+        ...
+
+    def act_deterministic(self, obs: Obs) -> torch.Tensor:
         """Deterministic actions [N, act_dim] for evaluation; records nothing."""
         ...
 
     def process_env_step(self, reward: torch.Tensor, terminated: torch.Tensor,
-                         truncated: torch.Tensor, final_obs: torch.Tensor) -> None:
-        """Record the step's outcome: reward [N], terminated/truncated [N] bool, final_obs [N, D]."""
+                         truncated: torch.Tensor, final_obs: Obs) -> None:
+        """Record the step's outcome: reward [N], terminated/truncated [N] bool, final_obs (the
+        observation before any auto-reset)."""
         ...
 
     def update(self, progress: float) -> dict[str, float]:
@@ -68,8 +98,8 @@ class OnPolicyAlgorithm(Learner, Protocol):
     """A learner the ``on_policy`` runner drives (PPO, TRPO): rollouts closed by
     ``compute_returns``, then ``update`` learns from them."""
 
-    def compute_returns(self, last_obs: torch.Tensor) -> None:
-        """Close the rollout with the observation [N, obs_dim] after its last step."""
+    def compute_returns(self, last_obs: Obs) -> None:
+        """Close the rollout with the observation after its last step."""
         ...
 
 

@@ -191,7 +191,7 @@ class SimSource:
 
         self._torch = torch
         self.env = make(task, 1, num_threads=1, seed=seed, **overrides)
-        self._obs = self.env.reset(seed=seed)[0].numpy()
+        self._obs = self.env.reset(seed=seed)["policy"][0].numpy()
         self._return = 0.0
         self.returns: list[float] = []
         """Returns of the finished episodes."""
@@ -201,7 +201,7 @@ class SimSource:
 
     def write(self, action: np.ndarray) -> None:
         out = self.env.step(self._torch.from_numpy(np.asarray(action, np.float32)[None]))
-        self._obs = out.obs[0].numpy()
+        self._obs = out.obs["policy"][0].numpy()
         self._return += float(out.reward[0])
         if bool(out.terminated[0] | out.truncated[0]):
             self.returns.append(self._return)

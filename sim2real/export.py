@@ -120,7 +120,6 @@ def build_metadata(
                           f"obs_dim {spec.obs_dim} and action_dim {spec.action_dim}")
     actuators, joints = _mujoco_names(spec.task)
     delay_min, delay_max = delay_steps_range(config)
-    groups = spec.obs_groups or {"policy": spec.obs_dim}
     reference = ""
     from robotrl.envs.registry import list_tasks, task_class
 
@@ -133,9 +132,10 @@ def build_metadata(
         "input_name": INPUT_NAME,
         "output_name": OUTPUT_NAME,
         "obs_dim": actor.obs_dim,
-        "observation_layout": [{"group": "policy", "offset": 0, "size": groups.get(
-            "policy", spec.obs_dim)}],
-        "observation_groups": dict(groups),
+        # the controller takes the policy group only (an asymmetric critic's privileged
+        # groups stay in training); its input is these groups concatenated in this order
+        "observation_groups": ["policy"],
+        "observation_layout": [{"group": "policy", "offset": 0, "size": actor.obs_dim}],
         "observation_reference": reference,
         "action_dim": actor.act_dim,
         "action_low": [float(v) for v in actor.low.tolist()],

@@ -30,7 +30,8 @@ SINGLE_ROW_CHECKS = 256
 def record_observations(
     actor: DeterministicActor, env: BatchedEnv, num_obs: int = 10_000, seed: int = 0
 ) -> torch.Tensor:
-    """[num_obs, obs_dim] float32 observations of ``actor`` acting in ``env`` (all its worlds).
+    """[num_obs, obs_dim] float32 ``policy`` observations of ``actor`` acting in ``env`` (all
+    its worlds): the group an exported controller takes.
 
     Worlds that end an episode reset automatically, so the record spans several episodes.
     """
@@ -38,11 +39,11 @@ def record_observations(
         raise ValueError(f"env observations have {env.spec.obs_dim} entries, the actor takes "
                          f"{actor.obs_dim}")
     steps = -(-num_obs // env.num_envs)
-    obs = env.reset(seed=seed).to("cpu", torch.float32)
+    obs = env.reset(seed=seed)["policy"].to("cpu", torch.float32)
     rows = []
     for _ in range(steps):
         rows.append(obs.clone())
-        obs = env.step(actor(obs)).obs.to("cpu", torch.float32)
+        obs = env.step(actor(obs)).obs["policy"].to("cpu", torch.float32)
     return torch.cat(rows)[:num_obs]
 
 

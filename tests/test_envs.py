@@ -66,10 +66,10 @@ def test_bad_actions_raise_clear_errors() -> None:
 
 def test_step_outputs() -> None:
     env = _make(3)
-    obs = env.reset(seed=0)
+    obs = env.reset(seed=0)["policy"]
     assert obs.shape == (3, 17) and obs.dtype == torch.float32
     out = env.step(torch.full((3, 6), 0.3))
-    assert out.obs.shape == (3, 17) and out.obs.dtype == torch.float32
+    assert out.obs["policy"].shape == (3, 17) and out.obs["policy"].dtype == torch.float32
     assert out.reward.shape == (3,) and out.reward.dtype == torch.float32
     assert out.terminated.dtype == torch.bool and out.truncated.dtype == torch.bool
     terms = out.info["reward_terms"]
@@ -90,20 +90,20 @@ def test_truncation_auto_reset_and_final_obs() -> None:
         assert out.truncated.tolist() == [t % 5 == 0] * 3, t
         if t <= 5:
             ref = twin.step(action)
-            torch.testing.assert_close(out.info["final_obs"], ref.obs, rtol=0, atol=0)
+            torch.testing.assert_close(out.info["final_obs"]["policy"], ref.obs["policy"], rtol=0, atol=0)
             torch.testing.assert_close(out.reward, ref.reward, rtol=0, atol=0)
         if t % 5:
-            assert torch.equal(out.obs, out.info["final_obs"])
+            assert torch.equal(out.obs["policy"], out.info["final_obs"]["policy"])
         else:
             # the reset obs is a fresh sample: qpos[1:] within the 0.1 reset noise of qpos0
-            assert not torch.equal(out.obs, out.info["final_obs"])
+            assert not torch.equal(out.obs["policy"], out.info["final_obs"]["policy"])
             init = env.task.init_qpos[1:].float()
-            assert bool(((out.obs[:, :8] - init).abs() <= 0.1 + 1e-6).all())
+            assert bool(((out.obs["policy"][:, :8] - init).abs() <= 0.1 + 1e-6).all())
 
 
 def test_get_set_state_round_trip() -> None:
     env = _make(3)
-    env.reset(seed=2)
+    env.reset(seed=2)["policy"]
     state = env.get_state()
     assert state.dtype == torch.float64 and state.shape[0] == 3
     action = torch.rand(3, 6, generator=torch.Generator().manual_seed(1)) * 2 - 1
@@ -113,20 +113,20 @@ def test_get_set_state_round_trip() -> None:
     env.set_state(state)
     torch.testing.assert_close(env.get_state(), state, rtol=0, atol=0)
     again = env.step(action)
-    torch.testing.assert_close(again.obs, first.obs, rtol=0, atol=0)
+    torch.testing.assert_close(again.obs["policy"], first.obs["policy"], rtol=0, atol=0)
     torch.testing.assert_close(again.reward, first.reward, rtol=0, atol=0)
 
 
 def test_same_state_same_actions_same_worlds() -> None:
     env = _make(3)
-    env.reset(seed=3)
+    env.reset(seed=3)["policy"]
     state = env.get_state()
     env.set_state(state[[1, 1]], env_ids=torch.tensor([0, 2]))  # worlds 0, 1, 2 now equal
     assert not torch.equal(state[0], state[1])
     gen = torch.Generator().manual_seed(5)
     for _ in range(10):
         out = env.step((torch.rand(1, 6, generator=gen) * 2 - 1).expand(3, 6).contiguous())
-        assert torch.equal(out.obs[0], out.obs[1]) and torch.equal(out.obs[1], out.obs[2])
+        assert torch.equal(out.obs["policy"][0], out.obs["policy"][1]) and torch.equal(out.obs["policy"][1], out.obs["policy"][2])
         assert torch.equal(out.reward[0], out.reward[2])
 
 
@@ -145,14 +145,14 @@ def test_set_state_bad_input_raises() -> None:
 
 def test_reset_seed_reproducible() -> None:
     env = _make(4)
-    obs = env.reset(seed=11)
+    obs = env.reset(seed=11)["policy"]
     for _ in range(3):
         env.step(torch.zeros(4, 6))
-    torch.testing.assert_close(env.reset(seed=11), obs, rtol=0, atol=0)
-    assert not torch.equal(env.reset(seed=12), obs)
+    torch.testing.assert_close(env.reset(seed=11)["policy"], obs, rtol=0, atol=0)
+    assert not torch.equal(env.reset(seed=12)["policy"], obs)
     assert len({tuple(row) for row in obs.tolist()}) == 4  # worlds draw different starts
     other = _make(4, seed=99)
-    torch.testing.assert_close(other.reset(seed=11), obs, rtol=0, atol=0)
+    torch.testing.assert_close(other.reset(seed=11)["policy"], obs, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(
@@ -167,7 +167,7 @@ def test_reset_seed_reproducible() -> None:
 def test_unstable_world_is_reset_alone(dof: int, qvel: float) -> None:
     env = _make(3)
     calm = _make(3)
-    env.reset(seed=1)
+    env.reset(seed=1)["policy"]
     state = env.get_state()
     calm.set_state(state)
     blown = state.clone()
@@ -180,15 +180,15 @@ def test_unstable_world_is_reset_alone(dof: int, qvel: float) -> None:
     assert out.terminated.tolist() == [False, True, False]
     assert out.truncated.tolist() == [False, False, False]
     assert float(out.reward[1]) == 0.0
-    assert bool(torch.isfinite(out.obs).all() & torch.isfinite(out.info["final_obs"]).all())
+    assert bool(torch.isfinite(out.obs["policy"]).all() & torch.isfinite(out.info["final_obs"]["policy"]).all())
     # the other worlds did not notice
     for i in (0, 2):
-        torch.testing.assert_close(out.obs[i], ref.obs[i], rtol=0, atol=0)
+        torch.testing.assert_close(out.obs["policy"][i], ref.obs["policy"][i], rtol=0, atol=0)
         torch.testing.assert_close(out.reward[i], ref.reward[i], rtol=0, atol=0)
     # world 1 restarted from the reset distribution (not MuJoCo's qpos0) and steps on normally
     init = env.task.init_qpos[1:].float()
-    assert bool(((out.obs[1, :8] - init).abs() <= 0.1 + 1e-6).all())
-    assert bool((out.obs[1, 8:] != 0).any())  # reset qvel noise, not all-zero defaults
+    assert bool(((out.obs["policy"][1, :8] - init).abs() <= 0.1 + 1e-6).all())
+    assert bool((out.obs["policy"][1, 8:] != 0).any())  # reset qvel noise, not all-zero defaults
     for _ in range(3):
         out = env.step(action)
         assert out.info["unstable"] == 0 and not bool(out.terminated.any())

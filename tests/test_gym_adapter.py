@@ -12,6 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import robotrl.envs as E
+from robotrl.envs.base import ObsSpec
 from robotrl.envs.gym import GymnasiumEnv
 
 
@@ -24,15 +25,15 @@ def test_pendulum_spec_shapes_and_dtypes() -> None:
     assert spec.control_dt == pytest.approx(0.05)
     assert spec.max_episode_steps == 200
     assert spec.reward_terms == ()
-    assert spec.obs_groups == {"policy": 3}
-    obs = env.reset(seed=1)
+    assert spec.observations == {"policy": ObsSpec((3,))}
+    obs = env.reset(seed=1)["policy"]
     assert obs.shape == (3, 3) and obs.dtype == torch.float32
     out = env.step(torch.zeros(3, 1))
-    assert out.obs.shape == (3, 3) and out.obs.dtype == torch.float32
+    assert out.obs["policy"].shape == (3, 3) and out.obs["policy"].dtype == torch.float32
     assert out.reward.shape == (3,) and out.reward.dtype == torch.float32
     assert out.terminated.dtype == torch.bool and out.truncated.dtype == torch.bool
-    assert out.info["final_obs"].shape == (3, 3)
-    assert out.info["final_obs"].dtype == torch.float32
+    assert out.info["final_obs"]["policy"].shape == (3, 3)
+    assert out.info["final_obs"]["policy"].dtype == torch.float32
     assert out.info["reward_terms"] == {}
     env.close()
 
@@ -43,7 +44,7 @@ def test_pendulum_matches_plain_gymnasium_through_truncation() -> None:
     n, seed = 2, 3
     env = GymnasiumEnv("Pendulum-v1", n, seed=seed)
     plain = [gym.make("Pendulum-v1") for _ in range(n)]
-    obs = env.reset(seed=seed)
+    obs = env.reset(seed=seed)["policy"]
     ref = np.stack([p.reset(seed=seed + i)[0] for i, p in enumerate(plain)])
     np.testing.assert_allclose(obs.numpy(), ref, atol=1e-6)
     rng = np.random.default_rng(0)
@@ -52,14 +53,14 @@ def test_pendulum_matches_plain_gymnasium_through_truncation() -> None:
         out = env.step(torch.from_numpy(action))
         steps = [p.step(action[i]) for i, p in enumerate(plain)]
         ref_obs = np.stack([s[0] for s in steps])
-        np.testing.assert_allclose(out.info["final_obs"].numpy(), ref_obs, atol=1e-5)
+        np.testing.assert_allclose(out.info["final_obs"]["policy"].numpy(), ref_obs, atol=1e-5)
         np.testing.assert_allclose(out.reward.numpy(), [s[1] for s in steps], rtol=1e-5)
         assert out.terminated.tolist() == [s[2] for s in steps] == [False] * n
         assert out.truncated.tolist() == [s[3] for s in steps] == [t == 200] * n, t
         if t == 200:
-            assert not torch.allclose(out.obs, out.info["final_obs"])
+            assert not torch.allclose(out.obs["policy"], out.info["final_obs"]["policy"])
             ref_obs = np.stack([p.reset()[0] for p in plain])
-        np.testing.assert_allclose(out.obs.numpy(), ref_obs, atol=1e-5, err_msg=f"step {t}")
+        np.testing.assert_allclose(out.obs["policy"].numpy(), ref_obs, atol=1e-5, err_msg=f"step {t}")
     env.close()
 
 
@@ -80,7 +81,7 @@ def test_halfcheetah_reward_terms_and_final_obs() -> None:
         # on the truncation step the terms come from Gymnasium's final_info
         torch.testing.assert_close(terms["ctrl"], torch.full((2,), -0.1 * 6 * 0.25))
         torch.testing.assert_close(terms["forward"] + terms["ctrl"], out.reward)
-        same = torch.equal(out.obs, out.info["final_obs"])
+        same = torch.equal(out.obs["policy"], out.info["final_obs"]["policy"])
         assert same == (t != 3)
     env.close()
 
@@ -134,7 +135,7 @@ def test_async_vectorization() -> None:
     sync = GymnasiumEnv("Pendulum-v1", 2, seed=4)
     env = GymnasiumEnv("Pendulum-v1", 2, seed=4, vectorization="async")
     try:
-        torch.testing.assert_close(env.reset(seed=4), sync.reset(seed=4))
+        torch.testing.assert_close(env.reset(seed=4)["policy"], sync.reset(seed=4)["policy"])
         action = torch.tensor([[1.0], [-1.0]])
         torch.testing.assert_close(env.step(action).obs, sync.step(action).obs)
     finally:
@@ -188,12 +189,12 @@ def test_user_vector_env(mode: AutoresetMode) -> None:
         torch.testing.assert_close(out.info["reward_terms"]["alive"], torch.ones(2))
         torch.testing.assert_close(out.reward, torch.tensor([2.0, 1.5]))
         if t == 3:
-            torch.testing.assert_close(out.info["final_obs"][0], torch.tensor([3.0, 3, -3, 1]))
-            torch.testing.assert_close(out.obs[0], torch.tensor([0.0, 0, 0, 1]))
+            torch.testing.assert_close(out.info["final_obs"]["policy"][0], torch.tensor([3.0, 3, -3, 1]))
+            torch.testing.assert_close(out.obs["policy"][0], torch.tensor([0.0, 0, 0, 1]))
         if t == 5:
-            torch.testing.assert_close(out.info["final_obs"][1], torch.tensor([2.5, 5, -2.5, 1]))
-            torch.testing.assert_close(out.obs[1], torch.tensor([0.0, 0, 0, 1]))
-            torch.testing.assert_close(out.obs[0], torch.tensor([2.0, 2, -2, 1]))
+            torch.testing.assert_close(out.info["final_obs"]["policy"][1], torch.tensor([2.5, 5, -2.5, 1]))
+            torch.testing.assert_close(out.obs["policy"][1], torch.tensor([0.0, 0, 0, 1]))
+            torch.testing.assert_close(out.obs["policy"][0], torch.tensor([2.0, 2, -2, 1]))
     env.close()
 
 

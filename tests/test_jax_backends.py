@@ -62,33 +62,33 @@ def test_make_errors_before_compiling() -> None:
 def test_mjx_spec_matches_native(pendulum: MjxEnv) -> None:
     native = E.make("inverted_pendulum", 4, seed=0, max_episode_steps=5, num_threads=1)
     for field in ("obs_dim", "action_dim", "control_dt", "max_episode_steps", "reward_terms",
-                  "obs_groups", "task"):
+                  "observations", "task"):
         assert getattr(pendulum.spec, field) == getattr(native.spec, field), field
     assert torch.equal(pendulum.spec.action_low, native.spec.action_low)
     # the same reset distribution and generator: the same starts, and interchangeable states
-    torch.testing.assert_close(pendulum.reset(seed=3), native.reset(seed=3), rtol=0, atol=0)
+    torch.testing.assert_close(pendulum.reset(seed=3)["policy"], native.reset(seed=3)["policy"], rtol=0, atol=0)
     torch.testing.assert_close(pendulum.get_state(), native.get_state(), rtol=0, atol=1e-7)
 
 
 @pytest.mark.slow
 def test_mjx_contract_truncation_termination_final_obs(pendulum: MjxEnv) -> None:
-    obs = pendulum.reset(seed=0)
+    obs = pendulum.reset(seed=0)["policy"]
     assert obs.shape == (4, 4) and obs.dtype == torch.float32
     # worlds 0, 1 push hard (the pole falls: terminated), worlds 2, 3 do nothing (truncated at 5)
     action = torch.tensor([[3.0], [-3.0], [0.0], [0.0]])
     ended = torch.zeros(4, dtype=torch.bool)
     for t in range(1, 11):
         out = pendulum.step(action)
-        assert out.obs.shape == (4, 4) and out.obs.dtype == torch.float32
+        assert out.obs["policy"].shape == (4, 4) and out.obs["policy"].dtype == torch.float32
         assert out.reward.shape == (4,) and out.reward.dtype == torch.float32
         assert out.terminated.dtype == torch.bool and out.truncated.dtype == torch.bool
         torch.testing.assert_close(sum(out.info["reward_terms"].values()), out.reward)
         done = out.terminated | out.truncated
-        assert torch.equal(out.obs[~done], out.info["final_obs"][~done])
+        assert torch.equal(out.obs["policy"][~done], out.info["final_obs"]["policy"][~done])
         if bool(done.any()):
             # reset rows start near the upright pose (reset noise 0.01), unlike the last obs
-            assert bool((out.obs[done, 1].abs() <= 0.01 + 1e-6).all())
-            assert not torch.equal(out.obs[done], out.info["final_obs"][done])
+            assert bool((out.obs["policy"][done, 1].abs() <= 0.01 + 1e-6).all())
+            assert not torch.equal(out.obs["policy"][done], out.info["final_obs"]["policy"][done])
         assert bool((out.reward[out.terminated] == 0).all())  # no survival reward at the fall
         ended |= out.terminated
         if t % 5 == 0:  # as natively (Gymnasium's TimeLimit), a fall at the limit is both
@@ -106,10 +106,10 @@ def test_mjx_state_round_trip_and_bad_input(pendulum: MjxEnv) -> None:
     pendulum.step(action)
     pendulum.set_state(state)
     again = pendulum.step(action)
-    torch.testing.assert_close(again.obs, first.obs, rtol=0, atol=0)
+    torch.testing.assert_close(again.obs["policy"], first.obs["policy"], rtol=0, atol=0)
     pendulum.set_state(state[[1, 1, 1]], env_ids=torch.tensor([0, 1, 3]))
     out = pendulum.step(action)
-    assert torch.equal(out.obs[0], out.obs[1]) and torch.equal(out.obs[3], out.obs[1])
+    assert torch.equal(out.obs["policy"][0], out.obs["policy"][1]) and torch.equal(out.obs["policy"][3], out.obs["policy"][1])
     with pytest.raises(ValueError, match=r"expected \(1, 5\)"):
         pendulum.set_state(state, env_ids=torch.tensor([0]))
     with pytest.raises(ValueError, match=r"env_ids must be in \[0, 4\)"):
@@ -136,15 +136,15 @@ def test_mjx_unstable_world_is_reset(pendulum: MjxEnv) -> None:
     out = pendulum.step(torch.zeros(4, 1))
     assert out.terminated.tolist() == [False, True, False, False]
     assert float(out.reward[1]) == 0.0 and pendulum.num_unstable == before + 1
-    assert bool(torch.isfinite(out.obs).all() & torch.isfinite(out.info["final_obs"]).all())
+    assert bool(torch.isfinite(out.obs["policy"]).all() & torch.isfinite(out.info["final_obs"]["policy"]).all())
 
 
 def _compare_with_native(task: str, steps: int, **options: object) -> None:
     """mjx and native worlds from the same (float32-rounded) state under the same actions."""
     mjx_env = E.make(task, 4, backend="mjx", seed=0, **options)
     native = E.make(task, 4, seed=0, num_threads=1, **options)
-    native.reset(seed=5)
-    mjx_env.reset(seed=5)  # same randomization draws (same seed, same sampling code)
+    native.reset(seed=5)["policy"]
+    mjx_env.reset(seed=5)["policy"]  # same randomization draws (same seed, same sampling code)
     for name, value in native.physics_params().items():
         torch.testing.assert_close(mjx_env.physics_params()[name], value, rtol=0, atol=0)
     mjx_env.set_state(native.get_state())
@@ -156,11 +156,11 @@ def _compare_with_native(task: str, steps: int, **options: object) -> None:
         action = (torch.rand(4, native.spec.action_dim, generator=gen) * 2 - 1) * high
         a, b = mjx_env.step(action), native.step(action)
         msg = f"{task} step {t}"
-        torch.testing.assert_close(a.info["final_obs"], b.info["final_obs"], rtol=0,
+        torch.testing.assert_close(a.info["final_obs"]["policy"], b.info["final_obs"]["policy"], rtol=0,
                                    atol=PARITY_OBS_ATOL, msg=msg)
         torch.testing.assert_close(a.reward, b.reward, rtol=0, atol=PARITY_REWARD_ATOL, msg=msg)
         assert torch.equal(a.terminated, b.terminated), msg
-        moved = max(moved, float((b.info["final_obs"] - b.obs).abs().max()) if t == 0 else moved)
+        moved = max(moved, float((b.info["final_obs"]["policy"] - b.obs["policy"]).abs().max()) if t == 0 else moved)
         moved = max(moved, float(b.reward.abs().max()))
     assert moved > 10 * PARITY_REWARD_ATOL  # the worlds did something worth comparing
 
@@ -218,7 +218,7 @@ def test_mjx_randomization_resampled_per_episode_and_checkpointed() -> None:
     twin.load_state_dict(state)
     for a in actions[3:]:
         x, y = env.step(a), twin.step(a)
-        torch.testing.assert_close(x.obs, y.obs, rtol=0, atol=0)
+        torch.testing.assert_close(x.obs["policy"], y.obs["policy"], rtol=0, atol=0)
     # every world finished an episode (truncation at 4 steps): all drew new masses
     assert bool((env.physics_params()["body_mass"][:, 1:] != first[:, 1:]).all())
     torch.testing.assert_close(env.physics_params()["body_mass"],
@@ -279,7 +279,7 @@ def test_brax_contract_and_state() -> None:
     _brax()
     env = E.make("inverted_pendulum", 4, backend="brax", seed=0, max_episode_steps=5)
     assert env.spec.action_dim == 1 and env.spec.reward_terms == ()
-    obs = env.reset(seed=0)
+    obs = env.reset(seed=0)["policy"]
     assert obs.shape == (4, env.spec.obs_dim) and obs.dtype == torch.float32
     action = torch.tensor([[3.0], [-3.0], [0.0], [0.0]])
     for t in range(1, 11):
@@ -287,14 +287,14 @@ def test_brax_contract_and_state() -> None:
         assert out.reward.dtype == torch.float32 and out.terminated.dtype == torch.bool
         assert not bool((out.terminated & out.truncated).any())
         done = out.terminated | out.truncated
-        assert torch.equal(out.obs[~done], out.info["final_obs"][~done])
+        assert torch.equal(out.obs["policy"][~done], out.info["final_obs"]["policy"][~done])
         if t % 5 == 0:
             assert bool(out.truncated[2:].all())
     assert not bool(out.terminated[2:].any())
     state = env.get_state()
     first = env.step(action)
     env.set_state(state)
-    torch.testing.assert_close(env.step(action).obs, first.obs, rtol=0, atol=0)
+    torch.testing.assert_close(env.step(action).obs, first.obs["policy"], rtol=0, atol=0)
 
 
 @pytest.mark.slow
@@ -308,7 +308,7 @@ def test_brax_randomization_per_world_resampled_and_checkpointed() -> None:
     # the same state and push in every world: the masses make them move apart
     env.set_state(env.get_state()[:1].expand(4, -1))
     out = env.step(torch.ones(4, 1))
-    cart_velocity = out.obs[:, 2]
+    cart_velocity = out.obs["policy"][:, 2]
     assert float(cart_velocity.max() - cart_velocity.min()) > 1e-3
     torch.testing.assert_close(env.physics_params()["body_mass"], first)  # within the episode
     twin = E.make("inverted_pendulum", 4, backend="brax", seed=5, max_episode_steps=3,
@@ -316,7 +316,7 @@ def test_brax_randomization_per_world_resampled_and_checkpointed() -> None:
     twin.load_state_dict(env.state_dict())
     for _ in range(3):
         a, b = env.step(torch.zeros(4, 1)), twin.step(torch.zeros(4, 1))
-        torch.testing.assert_close(a.obs, b.obs, rtol=0, atol=0)
+        torch.testing.assert_close(a.obs["policy"], b.obs["policy"], rtol=0, atol=0)
     # every world was truncated (3 steps) and drew new masses
     assert bool((env.physics_params()["body_mass"][:, 1:] != first[:, 1:]).all())
     # noise, delay and pushes run through the same jitted step
@@ -359,7 +359,7 @@ def test_gpu_zero_copy_no_host_transfers(backend: str) -> None:
     env = E.make("halfcheetah", 64, backend=backend, device="cuda", **options)
     action = torch.zeros(64, env.spec.action_dim, device="cuda")
     out = env.step(action)
-    assert out.obs.device.type == "cuda" and out.reward.device.type == "cuda"
+    assert out.obs["policy"].device.type == "cuda" and out.reward.device.type == "cuda"
     assert out.terminated.device.type == "cuda"
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -39,7 +39,7 @@ def test_matches_gymnasium(task: str) -> None:
         batch_action[0] = torch.from_numpy(action)
         out = env.step(batch_action)
         msg = f"{task} step {t}"
-        np.testing.assert_allclose(out.info["final_obs"][0].numpy(), gym_obs, rtol=1e-5, atol=1e-5, err_msg=msg)
+        np.testing.assert_allclose(out.info["final_obs"]["policy"][0].numpy(), gym_obs, rtol=1e-5, atol=1e-5, err_msg=msg)
         np.testing.assert_allclose(out.reward[0].item(), gym_rew, rtol=1e-5, atol=1e-5, err_msg=msg)
         assert bool(out.terminated[0]) == gym_term, msg
         assert bool(out.truncated[0]) == gym_trunc, msg

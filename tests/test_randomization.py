@@ -77,8 +77,8 @@ def test_same_seed_same_parameters() -> None:
     assert all(torch.equal(pa[k], pb[k]) for k in pa)
     assert not torch.equal(pa["body_mass"], pc["body_mass"])
     # reset(seed) reseeds the draws too
-    a.reset(seed=11)
-    c.reset(seed=11)
+    a.reset(seed=11)["policy"]
+    c.reset(seed=11)["policy"]
     assert torch.equal(a.physics_params()["body_mass"], c.physics_params()["body_mass"])
 
 
@@ -112,7 +112,7 @@ def test_dense_draws_select_the_masked_worlds() -> None:
     # the batch's physics follows: world 0's model has world 0's new masses
     np.testing.assert_array_equal(env.batch.get_model(0).body_mass, after["body_mass"][0].numpy())
     for _ in range(3):
-        assert bool(torch.isfinite(env.step(torch.zeros(6, 3)).obs).all())
+        assert bool(torch.isfinite(env.step(torch.zeros(6, 3)).obs["policy"]).all())
 
 
 def test_periodic_resampling_and_curriculum() -> None:
@@ -158,7 +158,7 @@ def test_masses_hit_the_simulation() -> None:
             break
         np.testing.assert_allclose(env.sim.qpos[i].numpy(), data.qpos, rtol=0, atol=1e-10)
     # and the nominal world, from the same state with the same actions, went elsewhere
-    assert not torch.allclose(out.obs[i], ref.obs[i], atol=1e-3)
+    assert not torch.allclose(out.obs["policy"][i], ref.obs["policy"][i], atol=1e-3)
 
 
 def test_double_mass_changes_the_motion() -> None:
@@ -182,14 +182,14 @@ def test_action_delay_is_exact() -> None:
     for t, (a, b) in enumerate(zip(actions, zeros + actions, strict=False)):
         out_d, out_p = delayed.step(a), plain.step(b)
         torch.testing.assert_close(delayed.sim.ctrl, plain.sim.ctrl, rtol=0, atol=0)
-        torch.testing.assert_close(out_d.obs, out_p.obs, rtol=0, atol=0, msg=f"step {t}")
+        torch.testing.assert_close(out_d.obs["policy"], out_p.obs["policy"], rtol=0, atol=0, msg=f"step {t}")
 
 
 def test_observation_noise_statistics() -> None:
     std = torch.linspace(0.1, 1.1, 11)
     noisy = _make(2000, {"obs_noise": std.tolist()})
     clean = _make(2000)
-    diff = (noisy.reset(seed=5) - clean.reset(seed=5)).double()
+    diff = (noisy.reset(seed=5)["policy"] - clean.reset(seed=5)["policy"]).double()
     assert diff.mean(dim=0).abs().max() < 0.1
     torch.testing.assert_close(diff.std(dim=0), std.double(), rtol=0.08, atol=0)
     with pytest.raises(ValueError, match="obs_noise has 3 entries.*11"):
@@ -208,7 +208,7 @@ def test_push_changes_root_velocity() -> None:
     a, b = pushed.step(torch.zeros(64, 3)), plain.step(torch.zeros(64, 3))
     dv = (pushed.sim.qvel - plain.sim.qvel)[:, :2]  # rootx, rootz: the translational dofs
     assert dv.abs().min() > 0 and dv.abs().max() < 1.05
-    assert not torch.equal(a.obs, b.obs)
+    assert not torch.equal(a.obs["policy"], b.obs["policy"])
 
 
 @pytest.mark.parametrize(
@@ -239,13 +239,13 @@ def test_none_is_bit_identical_to_no_randomization() -> None:
     a, b = _make(6, "none", seed=2), _make(6, seed=2)
     # turning randomization on does not move the reset distribution's draws either
     c = _make(6, {"body_mass": {"low": 1.0, "high": 1.0}}, seed=2)
-    ra, rb, rc = a.reset(), b.reset(), c.reset()
+    ra, rb, rc = a.reset()["policy"], b.reset()["policy"], c.reset()["policy"]
     assert torch.equal(ra, rb) and torch.equal(rc, rb)
     for action in _actions(6, 3, 120):
         x, y, z = a.step(action), b.step(action), c.step(action)
-        assert torch.equal(x.obs, y.obs) and torch.equal(x.reward, y.reward)
+        assert torch.equal(x.obs["policy"], y.obs["policy"]) and torch.equal(x.reward, y.reward)
         assert torch.equal(x.terminated, y.terminated) and torch.equal(x.truncated, y.truncated)
-        assert torch.equal(z.obs, y.obs)
+        assert torch.equal(z.obs["policy"], y.obs["policy"])
 
 
 def test_state_dict_round_trip_continues_exactly() -> None:
@@ -258,7 +258,7 @@ def test_state_dict_round_trip_continues_exactly() -> None:
     b.load_state_dict(state)
     for action in actions[30:]:
         x, y = a.step(action), b.step(action)
-        assert torch.equal(x.obs, y.obs) and torch.equal(x.reward, y.reward)
+        assert torch.equal(x.obs["policy"], y.obs["policy"]) and torch.equal(x.reward, y.reward)
     pa, pb = a.physics_params(), b.physics_params()
     assert pa.keys() == pb.keys() and all(torch.equal(pa[k], pb[k]) for k in pa)
     assert b.randomization == a.randomization

@@ -19,7 +19,7 @@ from robotrl.envs.base import EnvSpec
 from robotrl.nn.actor import DeterministicActor
 from robotrl.registry import AlgorithmEntry, register_algorithm
 from robotrl.seeding import seed_everything
-from robotrl.types import BuildContext
+from robotrl.types import BuildContext, Obs, policy_obs
 
 
 @dataclasses.dataclass
@@ -50,21 +50,26 @@ class Tiny:
     def build(cls, spec: EnvSpec, cfg: TinyConfig, ctx: BuildContext) -> Tiny:
         return cls(spec, cfg, ctx)
 
-    def act(self, obs: torch.Tensor) -> torch.Tensor:
+    @classmethod
+    def observations(cls, cfg: TinyConfig) -> tuple[str, ...]:
+        return ("policy",)
+
+    def act(self, obs: Obs) -> torch.Tensor:
+        obs = obs["policy"]
         mean = self.policy(obs)
         action = mean + self.cfg.std * torch.randn_like(mean)
         self.obs.append(obs.clone())
         self.actions.append(action)
         return action.clamp(self.spec.action_low, self.spec.action_high)
 
-    def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.policy(obs).clamp(self.spec.action_low, self.spec.action_high)
+    def act_deterministic(self, obs: Obs | torch.Tensor) -> torch.Tensor:
+        return self.policy(policy_obs(obs)).clamp(self.spec.action_low, self.spec.action_high)
 
     def process_env_step(self, reward: torch.Tensor, terminated: torch.Tensor,
-                         truncated: torch.Tensor, final_obs: torch.Tensor) -> None:
+                         truncated: torch.Tensor, final_obs: Obs) -> None:
         self.rewards.append(reward)
 
-    def compute_returns(self, last_obs: torch.Tensor) -> None:
+    def compute_returns(self, last_obs: Obs) -> None:
         pass
 
     def update(self, progress: float) -> dict[str, float]:

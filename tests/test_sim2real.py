@@ -91,10 +91,10 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, PP
     })
     env = build_env(cfg, 4, 0, train=False)
     alg = build_algo(cfg, env.spec)
-    obs = env.reset(seed=0)
+    obs = env.reset(seed=0)["policy"]
     for _ in range(50):  # fill the normalizer with real Hopper statistics
         alg.obs_normalizer.update(obs)
-        obs = env.step(torch.rand(4, 3) * 2 - 1).obs
+        obs = env.step(torch.rand(4, 3) * 2 - 1).obs["policy"]
     path = tmp_path_factory.mktemp("ckpt") / "last.pt"
     save_checkpoint(path, {"config": to_dict(cfg), "algo": alg.state_dict()})
     return path, to_dict(cfg), alg
@@ -114,6 +114,7 @@ def test_export_onnx_metadata_and_parity(checkpoint, tmp_path: Path) -> None:  #
     assert meta["expected_delay_steps"] == 0 and meta["delay_steps_range"] == [0, 0]
     assert meta["config_sha256"] == config_sha256(config)
     assert meta["observation_layout"] == [{"group": "policy", "offset": 0, "size": 11}]
+    assert meta["observation_groups"] == ["policy"]
     assert meta["task_options"] == {"ctrl_cost_weight": 0.002}  # deploy's SimSource uses them
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["obs"]

@@ -46,7 +46,7 @@ def _check_uniform(x: torch.Tensor, scale: float) -> None:
 def test_reset_noise(task: str) -> None:
     obs_dim, qpos_scale, qvel_scale = NOISE[task]
     env = _make(task, N)
-    obs = env.reset(seed=1)
+    obs = env.reset(seed=1)["policy"]
     assert obs.shape == (N, obs_dim) and env.spec.obs_dim == obs_dim
     _check_uniform(env.sim.qpos - env.task.init_qpos, qpos_scale)
     _check_uniform(env.sim.qvel, qvel_scale)
@@ -54,7 +54,7 @@ def test_reset_noise(task: str) -> None:
 
 def test_reacher_reset() -> None:
     env = _make("reacher", N)
-    obs = env.reset(seed=1)
+    obs = env.reset(seed=1)["policy"]
     assert obs.shape == (N, 10)
     qpos, qvel = env.sim.qpos, env.sim.qvel
     _check_uniform(qpos[:, :2] - env.task.init_qpos[:2], 0.1)
@@ -80,7 +80,7 @@ def test_reacher_goal_sampler_is_uniform_on_disc() -> None:
 
 def test_reacher_truncates_at_50() -> None:
     env = _make("reacher", 4)
-    env.reset(seed=0)
+    env.reset(seed=0)["policy"]
     action = torch.zeros(4, 2)
     for _ in range(49):
         out = env.step(action)
@@ -88,7 +88,7 @@ def test_reacher_truncates_at_50() -> None:
     out = env.step(action)
     assert bool(out.truncated.all()) and not bool(out.terminated.any())
     # auto-reset: new goals, final_obs keeps the old ones
-    assert not torch.equal(out.obs[:, 4:6], out.info["final_obs"][:, 4:6])
+    assert not torch.equal(out.obs["policy"][:, 4:6], out.info["final_obs"]["policy"][:, 4:6])
     out = env.step(action)
     assert not bool(out.truncated.any())
 
@@ -96,7 +96,7 @@ def test_reacher_truncates_at_50() -> None:
 @pytest.mark.parametrize(("task", "low_z"), [("hopper", 0.5), ("walker2d", 0.6)])
 def test_unhealthy_terminates_and_resets(task: str, low_z: float) -> None:
     env = _make(task, 2)
-    env.reset(seed=0)
+    env.reset(seed=0)["policy"]
     state = env.get_state()
     state[0, _qpos_column(env, 1)] = low_z  # rootz of world 0 below the healthy range
     env.set_state(state[:1], env_ids=torch.tensor([0]))
@@ -106,14 +106,14 @@ def test_unhealthy_terminates_and_resets(task: str, low_z: float) -> None:
     assert out.truncated.tolist() == [False, False]
     assert out.info["reward_terms"]["healthy"].tolist() == [0.0, 1.0]
     # final_obs: the fallen state (obs[0] is z); obs: a fresh start near z = 1.25
-    assert float(out.info["final_obs"][0, 0]) < env.task.cfg.healthy_z_range[0]
-    assert float(out.obs[0, 0]) == pytest.approx(1.25, abs=0.01)
-    assert torch.equal(out.obs[1], out.info["final_obs"][1])
+    assert float(out.info["final_obs"]["policy"][0, 0]) < env.task.cfg.healthy_z_range[0]
+    assert float(out.obs["policy"][0, 0]) == pytest.approx(1.25, abs=0.01)
+    assert torch.equal(out.obs["policy"][1], out.info["final_obs"]["policy"][1])
 
 
 def test_unhealthy_without_termination() -> None:
     env = _make("hopper", 1, terminate_when_unhealthy=False)
-    env.reset(seed=0)
+    env.reset(seed=0)["policy"]
     state = env.get_state()
     state[0, _qpos_column(env, 1)] = 0.5  # rootz below the healthy range
     env.set_state(state)

@@ -77,6 +77,16 @@ class MujocoTask(ABC):
         # cached: reading model.opt builds a wrapper object (~30 us), too slow for every step
         self.dt = float(model.opt.timestep) * self.frame_skip
         """Control period in seconds."""
+        self.root_dofs = [int(model.jnt_dofadr[j]) + k for j in range(model.njnt)
+                          if model.jnt_bodyid[j] == 1
+                          for k in range({0: 6, 1: 3}.get(int(model.jnt_type[j]), 1))]
+        """Velocity indices of the root body's joints (free: 6, ball: 3, slide/hinge: 1)."""
+
+    def privileged(self, sim: Sim) -> torch.Tensor:
+        """[N, len(root_dofs)] float64: the true base velocity (the root body's joint
+        velocities, unclipped and noise-free), for critics that may see what a robot cannot
+        measure. Part of the ``privileged`` observation group."""
+        return sim.qvel[:, self.root_dofs]
 
     @classmethod
     def load_model(cls) -> mujoco.MjModel:

@@ -18,7 +18,8 @@ from robotrl.types import BuildContext, Learner
 
 
 def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
-              randomization: RandomizationConfig | str | None = None) -> BatchedEnv:
+              randomization: RandomizationConfig | str | None = None,
+              observations: tuple[str, ...] = ("policy",)) -> BatchedEnv:
     """The simulator for ``cfg`` (the runner adds episode statistics to training envs).
 
     Training envs use ``cfg.randomization``; evaluation envs (``train=False``) the nominal
@@ -30,6 +31,8 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
     dr = cfg.randomization if train else randomization
     if dr is not None:  # backends without randomization refuse an enabled one, naming it
         kwargs["randomization"] = dr
+    if observations != ("policy",):  # backends without the groups refuse them, naming theirs
+        kwargs["observations"] = observations
     # the JAX backends simulate on the learner's device (zero-copy); the others on the CPU
     device = cfg.device if cfg.backend.name in ("mjx", "brax") else "cpu"
     return make(cfg.env.task, num_envs, backend=cfg.backend.name, device=device, seed=seed,
@@ -61,7 +64,8 @@ def load_run(checkpoint: str, device: str = "cpu") -> tuple[TrainConfig, dict[st
 
 def build_runner(cfg: TrainConfig) -> Runner:
     """Env + algorithm + the runner of the kind its registry entry names."""
-    env = build_env(cfg, cfg.num_envs, cfg.seed)
+    learner = learner_class(algo_name(cfg.algo))
+    env = build_env(cfg, cfg.num_envs, cfg.seed, observations=learner.observations(cfg.algo))
     alg = build_algo(cfg, env.spec)
 
     def make_eval_env() -> BatchedEnv:

@@ -24,5 +24,5 @@ def demo_main(argv: list[str]) -> None:
         ret += out.reward
     elapsed = time.perf_counter() - start
     console.print(f"{task}: {n} worlds x {steps} steps in {elapsed:.2f} s = "
-                  f"{int(n) * int(steps) / elapsed:,.0f} env-steps/s; obs {tuple(out.obs.shape)}, "
+                  f"{int(n) * int(steps) / elapsed:,.0f} env-steps/s; obs {tuple(out.obs['policy'].shape)}, "
                   f"mean reward {ret.mean().item() / int(steps):.3f}")

@@ -27,6 +27,7 @@ def _video_writer(path: Path):  # noqa: ANN202 - imageio writer
 
 def eval_main(argv: list[str]) -> None:
     from robotrl.cli.build import build_algo, build_env, load_run
+    from robotrl.envs.base import Obs, obs_to
     from robotrl.logging import console
     from robotrl.runners.evaluation import evaluate
     from robotrl.seeding import derive_seed
@@ -45,8 +46,8 @@ def eval_main(argv: list[str]) -> None:
     alg = build_algo(cfg, env.spec, ckpt["algo"])
     device = torch.device(cfg.device)
 
-    def policy(obs: torch.Tensor) -> torch.Tensor:
-        return alg.act_deterministic(obs.to(device)).cpu()
+    def policy(obs: Obs) -> torch.Tensor:
+        return alg.act_deterministic(obs_to(obs, device)).cpu()
 
     on_step, writer = None, None
     if args.get("video"):

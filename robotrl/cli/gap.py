@@ -40,6 +40,7 @@ def _ints(key: str, text: str) -> tuple[int, ...]:
 def run_gap(checkpoint: str, grid: Any, device: str = "cpu") -> tuple[str, list[dict[str, Any]]]:
     """(task, rows) of ``robotrl.sim2real.gap.evaluate_gap`` for the policy of ``checkpoint``."""
     from robotrl.cli.build import build_algo, build_env, load_run
+    from robotrl.envs.base import Obs, obs_to
     from robotrl.sim2real.gap import evaluate_gap
 
     cfg, ckpt = load_run(checkpoint, device)
@@ -50,8 +51,8 @@ def run_gap(checkpoint: str, grid: Any, device: str = "cpu") -> tuple[str, list[
     alg = build_algo(cfg, spec, ckpt["algo"])
     dev = torch.device(device)
 
-    def policy(obs: torch.Tensor) -> torch.Tensor:
-        return alg.act_deterministic(obs.to(dev)).cpu()
+    def policy(obs: Obs) -> torch.Tensor:
+        return alg.act_deterministic(obs_to(obs, dev)).cpu()
 
     def make_env(perturbation: Any, num_envs: int) -> Any:
         return build_env(cfg, num_envs, grid.seed, train=False, randomization=perturbation)

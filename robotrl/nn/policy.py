@@ -26,6 +26,8 @@ class GaussianActorCritic(nn.Module):
     linear mean head and a linear value head (``critic_hidden`` is then unused). The log std is
     a free parameter per action dimension, or with ``state_dependent_std`` a second output of
     the mean head, offset by ``init_log_std``. Both are clamped to [LOG_STD_MIN, LOG_STD_MAX].
+    With ``critic_obs_dim`` the value network takes its own input (an asymmetric actor-critic:
+    the critic also sees privileged observations the actor does not).
     """
 
     def __init__(
@@ -39,8 +41,12 @@ class GaussianActorCritic(nn.Module):
         init_log_std: float = 0.0,
         state_dependent_std: bool = False,
         ortho_init: bool = True,
+        critic_obs_dim: int | None = None,
     ) -> None:
         super().__init__()
+        if shared and critic_obs_dim is not None:
+            raise ValueError("a shared backbone feeds actor and critic the same input; an "
+                             "asymmetric critic (its own observations) needs shared=False")
         self.obs_dim = obs_dim
         self.act_dim = act_dim
         self.shared = shared
@@ -64,7 +70,8 @@ class GaussianActorCritic(nn.Module):
             self.actor_head = mlp(
                 obs_dim, actor_hidden, head_out, activation, ortho_init, _POLICY_OUT_GAIN
             )
-            self.critic_head = mlp(obs_dim, critic_hidden, 1, activation, ortho_init, 1.0)
+            self.critic_head = mlp(critic_obs_dim or obs_dim, critic_hidden, 1, activation,
+                                   ortho_init, 1.0)
         if not state_dependent_std:
             self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
 
@@ -78,11 +85,13 @@ class GaussianActorCritic(nn.Module):
             log_std = self.log_std.expand_as(mean)
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
-    def forward(self, obs: torch.Tensor) -> tuple[Normal, torch.Tensor]:
+    def forward(self, obs: torch.Tensor,
+                critic_obs: torch.Tensor | None = None) -> tuple[Normal, torch.Tensor]:
         """Action distribution and value from one trunk pass.
 
         Args:
             obs: [N, obs_dim] normalized observations.
+            critic_obs: [N, critic_obs_dim] the critic's input (asymmetric); None: ``obs``.
 
         Returns:
             ``(Normal with loc/scale [N, act_dim], value [N])``.
@@ -93,7 +102,7 @@ class GaussianActorCritic(nn.Module):
             value = self.critic_head(features)
         else:
             mean, log_std = self._mean_log_std(obs)
-            value = self.critic_head(obs)
+            value = self.critic_head(obs if critic_obs is None else critic_obs)
         # validate_args=False: validation reads tensors on the host (a sync per call)
         return Normal(mean, log_std.exp(), validate_args=False), value.squeeze(-1)
 
@@ -103,7 +112,7 @@ class GaussianActorCritic(nn.Module):
         return Normal(mean, log_std.exp(), validate_args=False)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """State value of ``obs`` [N, obs_dim]: [N]."""
+        """State value of the critic's input ``obs`` [N, critic_obs_dim or obs_dim]: [N]."""
         return self.critic_head(self.trunk(obs)).squeeze(-1)
 
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:

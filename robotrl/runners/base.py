@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from robotrl.checkpoint import load_checkpoint, save_checkpoint
-from robotrl.envs.base import BatchedEnv
+from robotrl.envs.base import BatchedEnv, Obs, obs_to
 from robotrl.envs.wrappers import RecordEpisodeStatistics
 from robotrl.logging import Logger, ProgressBar, console
 from robotrl.runners.evaluation import evaluate
@@ -68,13 +68,13 @@ class Collector:
 
     Attributes:
         env: the training worlds, wrapped in ``RecordEpisodeStatistics`` if they were not.
-        obs: [N, obs_dim] observation the next rollout starts from, on ``device``.
+        obs: the observation (every group, [N, ...]) the next rollout starts from, on ``device``.
     """
 
     def __init__(self, env: BatchedEnv, learner: Learner, device: torch.device) -> None:
         self.env = env if isinstance(env, RecordEpisodeStatistics) else RecordEpisodeStatistics(env)
         self.learner, self.device = learner, device
-        self.obs = self.env.reset().to(device)
+        self.obs = obs_to(self.env.reset(), device)
 
     def collect(self, steps: int) -> dict[str, float]:
         """``steps`` steps in every world; returns the per-step means of the reward terms
@@ -84,9 +84,9 @@ class Collector:
         obs = self.obs
         for _ in range(steps):
             out = env.step(learner.act(obs))
-            obs = out.obs.to(device)
+            obs = obs_to(out.obs, device)
             learner.process_env_step(out.reward.to(device), out.terminated.to(device),
-                                     out.truncated.to(device), out.info["final_obs"].to(device))
+                                     out.truncated.to(device), obs_to(out.info["final_obs"], device))
             for name, value in out.info.get("reward_terms", {}).items():
                 term_sums[name] = term_sums.get(name, 0.0) + value.sum()
         self.obs = obs
@@ -124,8 +124,8 @@ class Evaluator:
             self.env = self.make_env()
         env, device = self.env, self.device
 
-        def policy(obs: torch.Tensor) -> torch.Tensor:
-            return learner.act_deterministic(obs.to(device)).to(env.device)
+        def policy(obs: Obs) -> torch.Tensor:
+            return learner.act_deterministic(obs_to(obs, device)).to(env.device)
 
         self.last = evaluate(policy, env, seed=derive_seed(self.seed, "eval-reset"))
         return {"eval/return": self.last["return_mean"], "eval/return_std": self.last["return_std"],
@@ -199,7 +199,7 @@ class Runner:
             "config": self.config,
             "algo": self.alg.state_dict(),
             "env": self.env.state_dict(),
-            "obs": self.collector.obs.cpu(),
+            "obs": obs_to(self.collector.obs, "cpu"),
             "iteration": self.iteration,
             "global_step": self.global_step,
             "rng": rng_state(),
@@ -211,14 +211,15 @@ class Runner:
         ckpt = self.checkpointer.load(path)
         self.alg.load_state_dict(ckpt["algo"])
         self.env.load_state_dict(ckpt["env"])
-        self.collector.obs = ckpt["obs"].to(self.device)
+        obs = ckpt["obs"]  # a flat tensor in checkpoints written before observation groups
+        self.collector.obs = obs_to(obs if isinstance(obs, dict) else {"policy": obs}, self.device)
         self.iteration = int(ckpt["iteration"])
         self.global_step = int(ckpt["global_step"])
         set_rng_state(ckpt["rng"])
 
     # ------------------------------------------------------------------ loop
-    def _end_rollout(self, obs: torch.Tensor) -> None:
-        """Called after each rollout with the observation [N, obs_dim] that follows it."""
+    def _end_rollout(self, obs: Obs) -> None:
+        """Called after each rollout with the observation that follows it."""
 
     def _iteration(self) -> dict[str, float]:
         """One collect-and-update iteration; returns its metrics."""

@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 import torch
 
-from robotrl.envs.base import BatchedEnv, StepOut
+from robotrl.envs.base import BatchedEnv, Obs, StepOut
 
-PolicyFn = Callable[[torch.Tensor], torch.Tensor]
+PolicyFn = Callable[[Obs], torch.Tensor]
+"""Observation (every group of the env) -> action [N, act_dim]."""
 
 
 def evaluate(policy: PolicyFn, env: BatchedEnv, seed: int = 0,

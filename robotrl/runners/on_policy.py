@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-
+from robotrl.envs.base import Obs
 from robotrl.runners.base import Runner, RunnerSettings
 from robotrl.types import OnPolicyAlgorithm
 
@@ -15,5 +14,5 @@ class OnPolicyRunner(Runner):
 
     alg: OnPolicyAlgorithm
 
-    def _end_rollout(self, obs: torch.Tensor) -> None:
+    def _end_rollout(self, obs: Obs) -> None:
         self.alg.compute_returns(obs)

@@ -20,6 +20,8 @@ class RolloutBuffer:
 
     Attributes (all preallocated on ``device``):
         obs: [T, N, obs_dim] observations the policy saw (already normalized, if it normalizes).
+        critic_obs: [T, N, critic_obs_dim] the critic's own input (asymmetric actor-critic), or
+            None when the critic sees ``obs``.
         action: [T, N, act_dim] sampled actions, before any clipping to the action bounds.
         log_prob: [T, N] log pi(action | obs) at collection time.
         value: [T, N] V(obs) at collection time.
@@ -39,6 +41,7 @@ class RolloutBuffer:
         act_dim: int,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
+        critic_obs_dim: int | None = None,
     ) -> None:
         if num_steps < 1 or num_envs < 1:
             raise ValueError(f"need num_steps >= 1 and num_envs >= 1, got {num_steps}, {num_envs}")
@@ -51,6 +54,7 @@ class RolloutBuffer:
             return torch.zeros(*shape, *extra, dtype=kind, device=self.device)
 
         self.obs = zeros(obs_dim)
+        self.critic_obs = None if critic_obs_dim is None else zeros(critic_obs_dim)
         self.action = zeros(act_dim)
         self.log_prob = zeros()
         self.value = zeros()
@@ -95,18 +99,25 @@ class RolloutBuffer:
         self.add_env(reward, terminated, truncated, truncation_value)
 
     def add_policy(
-        self, obs: torch.Tensor, action: torch.Tensor, log_prob: torch.Tensor, value: torch.Tensor
+        self, obs: torch.Tensor, action: torch.Tensor, log_prob: torch.Tensor, value: torch.Tensor,
+        critic_obs: torch.Tensor | None = None,
     ) -> None:
         """Write the policy half of the current step (copies, so callers may reuse ``obs``).
 
-        Args: ``obs`` [N, obs_dim], ``action`` [N, act_dim], ``log_prob`` [N], ``value`` [N].
+        Args: ``obs`` [N, obs_dim], ``action`` [N, act_dim], ``log_prob`` [N], ``value`` [N],
+        ``critic_obs`` [N, critic_obs_dim] (exactly when the buffer has ``critic_obs``).
         """
+        if (critic_obs is None) != (self.critic_obs is None):
+            raise ValueError("critic_obs must be given exactly when the buffer was made with "
+                             "critic_obs_dim")
         if self.full:
             raise RuntimeError(
                 f"rollout buffer is full ({self.num_steps} steps); consume it and call clear()"
             )
         t = self.step
         self.obs[t].copy_(obs)
+        if self.critic_obs is not None:
+            self.critic_obs[t].copy_(critic_obs)
         self.action[t].copy_(action)
         self.log_prob[t].copy_(log_prob)
         self.value[t].copy_(value)
@@ -161,7 +172,7 @@ class RolloutBuffer:
 
         Yields:
             dicts with keys ``MINIBATCH_KEYS``: ``obs`` [B, obs_dim], ``action`` [B, act_dim],
-            and [B] for the others.
+            and [B] for the others; plus ``critic_obs`` [B, critic_obs_dim] when stored.
         """
         total = self.num_steps * self.num_envs
         if not 1 <= num_minibatches <= total:
@@ -169,6 +180,8 @@ class RolloutBuffer:
         gen_device = generator.device if generator is not None else self.device
         perm = torch.randperm(total, generator=generator, device=gen_device).to(self.device)
         flat = {key: getattr(self, key).flatten(0, 1) for key in MINIBATCH_KEYS}
+        if self.critic_obs is not None:
+            flat["critic_obs"] = self.critic_obs.flatten(0, 1)
         for idx in perm.tensor_split(num_minibatches):
             yield {key: value[idx] for key, value in flat.items()}
 
