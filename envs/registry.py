@@ -69,8 +69,9 @@ def make(
 
         num_threads = int(overrides.pop("num_threads", 0))
         randomization = overrides.pop("randomization", None)
+        observations = tuple(overrides.pop("observations", ("policy",)))
         return MujocoEnv(make_task(task, **overrides), num_envs, device, seed, num_threads,
-                         randomization)
+                         randomization, observations)
     if backend == "gymnasium":
         from robotrl.envs.gym import GymnasiumEnv
         from robotrl.envs.randomization import resolve

@@ -247,6 +247,7 @@ def _evaluate(ppo: PPO, steps: int = 20) -> float:
     return total.mean().item()
 
 
+@pytest.mark.slow  # a learning run: it must reach a threshold
 def test_ppo_learns_point_mass() -> None:
     """Default PPO (smaller nets, shorter rollouts) learns to hold the point mass at the origin.
 

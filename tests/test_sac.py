@@ -196,6 +196,7 @@ def test_bad_config_names_field() -> None:
         SAC(3, torch.full((2,), -math.inf), torch.ones(2), 1)
 
 
+@pytest.mark.slow  # a learning run: it must reach a threshold
 def test_sac_learns_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
     torch.set_num_threads(1)
     cfg = make_config(tmp_path, "sac", total_steps=4000, eval_interval=0, eval_episodes=5)

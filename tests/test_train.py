@@ -75,6 +75,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, make_config: M
     assert ckpt.read_bytes() == before
 
 
+@pytest.mark.slow  # a learning run: it must reach a threshold
 def test_ppo_solves_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
     """The learning claim: mean deterministic return >= 950 (of 1000) on InvertedPendulum-v5."""
     cfg = make_config(tmp_path, num_envs=16, total_steps=24_000, eval_episodes=8,

@@ -190,6 +190,7 @@ def test_export_actor_equals_act_deterministic() -> None:
     assert torch.equal(actor(obs), expected) and expected.abs().max() == 1.0
 
 
+@pytest.mark.slow  # a learning run: it must reach a threshold
 def test_trpo_solves_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
     """The learning claim: mean deterministic return >= 950 (of 1000) on InvertedPendulum-v5.
 

@@ -18,13 +18,14 @@ from robotrl.types import BuildContext, Learner
 
 
 def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
-              randomization: RandomizationConfig | str | None = None,
-              observations: tuple[str, ...] = ("policy",)) -> BatchedEnv:
-    """The simulator for ``cfg`` (the runner adds episode statistics to training envs).
+              randomization: RandomizationConfig | str | None = None) -> BatchedEnv:
+    """The simulator for ``cfg`` (the runner adds episode statistics to training envs), with
+    the observation groups the learner reads.
 
     Training envs use ``cfg.randomization``; evaluation envs (``train=False``) the nominal
     physics unless ``randomization`` (a preset name or config) is given.
     """
+    observations = learner_class(algo_name(cfg.algo)).observations(cfg.algo)
     kwargs = dict(cfg.env.options)
     if cfg.backend.name == "mujoco":
         kwargs["num_threads"] = cfg.backend.num_threads
@@ -64,8 +65,7 @@ def load_run(checkpoint: str, device: str = "cpu") -> tuple[TrainConfig, dict[st
 
 def build_runner(cfg: TrainConfig) -> Runner:
     """Env + algorithm + the runner of the kind its registry entry names."""
-    learner = learner_class(algo_name(cfg.algo))
-    env = build_env(cfg, cfg.num_envs, cfg.seed, observations=learner.observations(cfg.algo))
+    env = build_env(cfg, cfg.num_envs, cfg.seed)
     alg = build_algo(cfg, env.spec)
 
     def make_eval_env() -> BatchedEnv:
