@@ -23,194 +23,39 @@ Why each choice was made is in benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
-import os
-import platform
-import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Protocol
+from typing import Any
 
-import mujoco
-import mujoco.rollout
-import numpy as np
-import torch
-from mujoco.batch import Batch, SimulationError
+from common import (
+    CORES,
+    banner,
+    best_median,
+    check,
+    machine_meta,
+    print_checks,
+    write_json,
+)
+from env_contestants import (
+    POOL,
+    ROLLOUT_CHUNK,
+    BatchStep,
+    Contestant,
+    Ours,
+    RawRollout,
+    VecPeer,
+    action_pool,
+    gym_vector,
+    sb3_vector,
+)
 from rich.console import Console
 from rich.table import Table
 
-POOL = 40
-"""Pre-generated action batches each contestant cycles through."""
-ROLLOUT_CHUNK = 20
-"""Control steps per ``mujoco.rollout`` call, and between restarts of the two physics baselines."""
 GIB = 1 << 30
 TARGET_ROLLOUT, TARGET_VEC, TARGET_RSS = 0.85, 2.0, 2 * GIB
 """Targets: ours/rollout and ours/fastest vector env at 256 HalfCheetah worlds; peak RSS."""
-CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo, else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
-def warn_if_loaded(console: Console) -> float:
-    """The 1-minute load average; says so when other processes already load the cores (the
-    timings would not be representative)."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if load > 0.5:
-        console.print(f"[yellow]load average {load:.1f} before starting: other processes share "
-                      "the cores, so the timings are not representative[/]")
-    return load
-
-
-def action_pool(n: int, act_dim: int, seed: int = 0) -> np.ndarray:
-    """[POOL, n, act_dim] float32 uniform in [-1, 1]; the same seed gives every contestant the same."""
-    return np.random.default_rng(seed).uniform(-1, 1, (POOL, n, act_dim)).astype(np.float32)
-
-
-class Contestant(Protocol):
-    def step(self) -> int:
-        """Do one unit of work; return the env-steps it made."""
-
-    def close(self) -> None: ...
-
-
-class Ours:
-    """``robotrl.envs.make(task, n)`` stepped with auto-reset."""
-
-    def __init__(self, task: str, n: int) -> None:
-        import robotrl.envs as renvs
-
-        self.env = renvs.make(task, n)
-        # fresh samples of the reset distribution, where the physics baselines restart every
-        # ROLLOUT_CHUNK steps: they have no resets, and a fallen Humanoid left on the floor
-        # costs twice the physics of a standing one (random actions end its episodes in ~24)
-        self.reset_rows = self.env.batch.state.copy()
-        self.reset_state = self.env.get_state().cpu().numpy().copy()  # mjSTATE_FULLPHYSICS
-        self.n, self.i = n, 0
-        self.actions = torch.from_numpy(action_pool(n, self.env.spec.action_dim))
-
-    def step(self) -> int:
-        self.env.step(self.actions[self.i % POOL])
-        self.i += 1
-        return self.n
-
-    def close(self) -> None:
-        self.env.close()
-
-
-class BatchStep:
-    """A copy of ours' ``Batch`` (same threads and persistence) stepped with no task layer.
-
-    Restarts from ours' reset states every ``ROLLOUT_CHUNK`` steps, as ``RawRollout`` does.
-    """
-
-    def __init__(self, ours: Ours) -> None:
-        src = ours.env.batch
-        self.batch = Batch(ours.env.model, src.nsim, src.nthread, persistent=src.persistent)
-        self.rows = ours.reset_rows
-        self.ctrl = self.batch.bind("ctrl")
-        self.frame_skip = ours.env.task.frame_skip
-        self.actions = action_pool(src.nsim, ours.env.model.nu)
-        self.n, self.i = src.nsim, 0
-
-    def step(self) -> int:
-        if self.i % ROLLOUT_CHUNK == 0:
-            self.batch.state[:] = self.rows
-        self.ctrl[:] = self.actions[self.i % POOL]
-        self.i += 1
-        try:
-            self.batch.step(nstep=self.frame_skip)
-        except SimulationError:
-            pass  # those worlds kept their state; the benchmark goes on
-        return self.n
-
-    def close(self) -> None:
-        pass
-
-
-class RawRollout:
-    """``mujoco.rollout.Rollout``: the physics-only ceiling on the same model and threads.
-
-    Each call runs ``ROLLOUT_CHUNK`` control steps from ours' reset states.
-    """
-
-    def __init__(self, ours: Ours) -> None:
-        env = ours.env
-        model, n, fs = env.model, env.num_envs, env.task.frame_skip
-        nthread = env.batch.nthread
-        self.runner = mujoco.rollout.Rollout(nthread=nthread if nthread > 1 else 0)
-        self.data = [mujoco.MjData(model) for _ in range(max(nthread, 1))]
-        self.models = [model] * n
-        self.nstep = fs * ROLLOUT_CHUNK
-        self.initial = np.ascontiguousarray(ours.reset_state)
-        acts = action_pool(n, model.nu).astype(np.float64).transpose(1, 0, 2)  # [n, POOL, nu]
-        self.controls = [  # [n, nstep, nu]: each control step's action held for fs substeps
-            np.ascontiguousarray(np.repeat(acts[:, k:k + ROLLOUT_CHUNK], fs, axis=1))
-            for k in range(0, POOL - ROLLOUT_CHUNK + 1, ROLLOUT_CHUNK)
-        ]
-        self.state = np.empty((n, self.nstep, self.initial.shape[1]))
-        self.sensordata = np.empty((n, self.nstep, model.nsensordata))
-        self.n, self.i = n, 0
-
-    def step(self) -> int:
-        self.runner.rollout(
-            self.models, self.data, self.initial, self.controls[self.i % len(self.controls)],
-            skip_checks=True, nstep=self.nstep, state=self.state, sensordata=self.sensordata,
-        )
-        self.i += 1
-        return self.n * ROLLOUT_CHUNK
-
-    def close(self) -> None:
-        self.runner.close()
-
-
-class VecPeer:
-    """A Gymnasium or SB3 vector env of ``k`` sub-envs, stepped with numpy actions."""
-
-    def __init__(self, env: Any, k: int, act_dim: int) -> None:
-        self.env, self.k, self.i = env, k, 0
-        self.actions = action_pool(k, act_dim)
-
-    def step(self) -> int:
-        self.env.step(self.actions[self.i % POOL])
-        self.i += 1
-        return self.k
-
-    def close(self) -> None:
-        self.env.close()
-
-
-def gym_vector(gym_id: str, k: int, subprocess_envs: bool) -> Any:
-    import gymnasium as gym
-
-    fns = [functools.partial(gym.make, gym_id)] * k
-    same_step = gym.vector.AutoresetMode.SAME_STEP
-    # forkserver, as SB3's default: forking a process that runs thread pools is unsafe
-    if subprocess_envs:
-        env = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step, context="forkserver")
-    else:
-        env = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
-    env.reset(seed=0)
-    return env
-
-
-def sb3_vector(gym_id: str, k: int, subprocess_envs: bool) -> Any:
-    import gymnasium as gym
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
-
-    fns = [functools.partial(gym.make, gym_id)] * k
-    env = SubprocVecEnv(fns, start_method="forkserver") if subprocess_envs else DummyVecEnv(fns)
-    env.seed(0)
-    env.reset()
-    return env
 
 
 def peers(args: argparse.Namespace) -> dict[str, tuple[Any, int, bool]]:
@@ -247,7 +92,8 @@ def bench_task(task: str, args: argparse.Namespace, console: Console) -> dict[st
     timed: list[tuple[str, str, Contestant]] = []
     for label, (factory, k, sub) in peers(args).items():
         try:
-            timed.append((label, "vec", VecPeer(factory(gym_id, k, sub), k, act_dim)))
+            timed.append((label, "vec", VecPeer(factory(gym_id, k, sub), k,
+                                                action_pool(k, act_dim))))
         except ImportError as err:
             package = (err.name or str(err)).split(".")[0]
             console.print(f"[yellow]skip {label}: package {package} missing[/]")
@@ -271,10 +117,6 @@ def bench_task(task: str, args: argparse.Namespace, console: Console) -> dict[st
         for _, _, c in timed:
             c.close()
     return {"gym_id": gym_id, "threads": threads, "rates": rates}
-
-
-def summary(rates: list[float]) -> dict[str, float]:
-    return {"best": max(rates), "median": statistics.median(rates)}
 
 
 def ratios(res: dict[str, Any], n: str) -> dict[str, float | None]:
@@ -303,7 +145,7 @@ def print_table(task: str, res: dict[str, Any], worlds: list[str], console: Cons
         mark = " †" if "vec" in by_key else ""
         cells = []
         for n in worlds:
-            s = summary(by_key.get(n, by_key.get("vec", [])) or [0.0])
+            s = best_median(by_key.get(n, by_key.get("vec", [])) or [0.0])
             cells.append(f"{fmt_rate(s['best'])} / {fmt_rate(s['median'])}")
         table.add_row(label + mark, *cells)
     table.add_section()
@@ -350,12 +192,11 @@ def checks(results: dict[str, Any], rss: dict[str, Any] | None) -> list[dict[str
     r = ratios(hc, "256") if hc and "256" in hc["rates"].get("ours", {}) else {}
     for key, target in (("ours/rollout", TARGET_ROLLOUT), ("ours/fastest_vec", TARGET_VEC)):
         v = r.get(key)
-        out.append({"name": f"halfcheetah@256 {key} >= {target}x", "value": v,
-                    "status": "SKIP" if v is None else "PASS" if v >= target else "FAIL"})
+        out.append(check(f"halfcheetah@256 {key} >= {target}x", v,
+                         None if v is None else v >= target))
     v = rss["peak_bytes"] if rss else None
     name = f"{rss['task']}@{rss['worlds']}" if rss else "humanoid@1024"
-    out.append({"name": f"{name} peak RSS < 2 GiB", "value": v,
-                "status": "SKIP" if v is None else "PASS" if v < TARGET_RSS else "FAIL"})
+    out.append(check(f"{name} peak RSS < 2 GiB", v, None if v is None else v < TARGET_RSS))
     return out
 
 
@@ -380,24 +221,21 @@ def measure_rss(args: argparse.Namespace, console: Console) -> dict[str, Any] | 
     return rss
 
 
-def write_json(path: str, args: argparse.Namespace, results: dict[str, Any],
-               rss: dict[str, Any] | None, verdicts: list[dict[str, Any]]) -> None:
+def figures(args: argparse.Namespace, results: dict[str, Any], rss: dict[str, Any] | None,
+            verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     """Every repeat, best/median, ratios, RSS and checks, with the machine and settings."""
-    meta = {"cores": CORES, "cpu": cpu_name(), "mujoco": mujoco.__version__,
-            "torch": torch.__version__, "python": platform.python_version(),
-            "seconds": args.seconds, "repeats": args.repeats, "pool": POOL,
+    meta = {**machine_meta(), "seconds": args.seconds, "repeats": args.repeats, "pool": POOL,
             "rollout_chunk": ROLLOUT_CHUNK, "sync_envs": args.sync_envs,
             "async_envs": args.async_envs}
     out = {}
     for task, res in results.items():
         out[task] = {
             **res,
-            "summary": {label: {k: summary(v) for k, v in by_key.items()}
+            "summary": {label: {k: best_median(v) for k, v in by_key.items()}
                         for label, by_key in res["rates"].items()},
             "ratios": {n: ratios(res, n) for n in map(str, args.worlds)},
         }
-    with open(path, "w") as f:
-        json.dump({"meta": meta, "results": out, "rss": rss, "checks": verdicts}, f, indent=2)
+    return {"meta": meta, "results": out, "rss": rss, "checks": verdicts}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -431,11 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console(width=max(Console().width, 100))
     worlds = [str(n) for n in args.worlds]
-    console.print(
-        f"robotrl env throughput | {cpu_name()}, {CORES} cores | "
-        f"mujoco {mujoco.__version__}, torch {torch.__version__} | {args.seconds} s x "
-        f"{args.repeats} repeats | actions: {POOL} pre-generated batches, uniform [-1, 1]"
-    )
+    console.print(banner("robotrl env throughput", f"{args.seconds} s x {args.repeats} repeats",
+                         f"actions: {POOL} pre-generated batches, uniform [-1, 1]"))
     results: dict[str, Any] = {}
     for task in args.tasks:
         res = bench_task(task, args, console)
@@ -452,14 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     rss = measure_rss(args, console) if args.rss else None
     verdicts = checks(results, rss)
-    for c in verdicts:
-        value = "" if c["value"] is None else (
-            f" ({c['value'] / GIB:.3f} GiB)" if "RSS" in c["name"] else f" ({c['value']:.2f}x)")
-        colour = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}[c["status"]]
-        console.print(f"[{colour}]{c['status']}[/] {c['name']}{value}")
+    print_checks(console, verdicts, lambda c: f" ({c['value'] / GIB:.3f} GiB)"
+                 if "RSS" in c["name"] else f" ({c['value']:.2f}x)")
     if args.json:
-        write_json(args.json, args, results, rss, verdicts)
-        console.print(f"figures written to {args.json}")
+        write_json(args.json, figures(args, results, rss, verdicts), console)
     return 0
 
 

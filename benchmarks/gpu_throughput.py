@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import platform
 import statistics
 import sys
@@ -146,11 +147,12 @@ def bench_ppo(backend: str, task: str, n: int, device: torch.device, iters: int,
         })
         seed_everything(0)
         runner = build_runner(cfg)
-        runner.make_eval_env = None
+        runner.evaluator = None
         t0 = time.perf_counter()
         runner.train()
         wall = time.perf_counter() - t0
-        hist = runner.history
+        hist = list(runner.history)
+        returns = runner.recent_returns
         sps = [h["perf/sps"] for h in hist[1:]] or [hist[0]["perf/sps"]]
         out: dict[str, Any] = {
             "backend": backend, "task": task, "worlds": n, "iterations": len(hist),
@@ -158,10 +160,15 @@ def bench_ppo(backend: str, task: str, n: int, device: torch.device, iters: int,
             "sps": sps, "median_sps": statistics.median(sps),
             "collect_s": statistics.median(h["perf/collect_s"] for h in hist[1:] or hist),
             "update_s": statistics.median(h["perf/update_s"] for h in hist[1:] or hist),
-            "wall_s": wall, "final_return": runner.mean_return(),
+            "wall_s": wall,
+            "final_return": statistics.fmean(returns) if returns else math.nan,
         }
         if profile:
-            out["collect_d2h_events"] = count_d2h(runner._collect, device)
+            def collect() -> None:
+                with torch.inference_mode():
+                    runner.collector.collect(runner.settings.steps_per_env)
+
+            out["collect_d2h_events"] = count_d2h(collect, device)
     return out
 
 

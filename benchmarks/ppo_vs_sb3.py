@@ -23,41 +23,46 @@ benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import platform
-import re
-import shutil
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import mujoco
-import stable_baselines3
 import torch
-
-# the sibling benchmark script (this folder is on sys.path when run as a script)
-from env_throughput import CORES, cpu_name, warn_if_loaded  # noqa: E402
+from common import (
+    CORES,
+    TimedEvals,
+    banner,
+    check,
+    fresh_dir,
+    json_object,
+    machine_meta,
+    ours_end_to_end,
+    ours_wallclock,
+    plain,
+    print_checks,
+    print_end_to_end,
+    sb3_end_to_end,
+    sb3_eval,
+    sb3_policy,
+    sb3_policy_kwargs,
+    sb3_rollout,
+    warn_if_loaded,
+    write_json,
+)
 from rich.console import Console
 from rich.table import Table
 from stable_baselines3 import PPO as SB3PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecNormalize
+from stable_baselines3.common.vec_env import SubprocVecEnv, VecNormalize
 from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
-import robotrl.envs
 from robotrl.algos.ppo import PPOConfig
-from robotrl.cli.build import build_env, build_runner
-from robotrl.cli.train import check_overrides, hydra_overrides, resolve_config, save_config
-from robotrl.config import TrainConfig, from_dict, to_dict, validate
+from robotrl.config import TrainConfig, from_dict
 from robotrl.envs.registry import task_class
-from robotrl.nn.mlp import ACTIVATIONS
-from robotrl.runners.evaluation import PolicyFn, evaluate
-from robotrl.seeding import seed_everything
 
 TARGET_SPEEDUP = 5.0
 """Throughput target: ours / SB3 end-to-end env-steps/s."""
@@ -65,124 +70,21 @@ TARGET_HC_5MIN, TARGET_HC_LONG = 5400.0, 6500.0
 """HalfCheetah evaluation returns ours must reach within 5 minutes, and within the long run."""
 TIME_MARKS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 15.0)
 """Minutes at which the best evaluation so far is reported."""
-EVAL_ENV_SEED, EVAL_RESET_SEED = 7919, 1_000_003
-"""Offsets from --seed of the evaluation worlds and their resets (those of OnPolicyRunner)."""
 
 # rl-baselines3-zoo hyperparams/ppo.yml (the -v4 entries, the zoo's newest MuJoCo ones);
 # normalize=True there means VecNormalize(gamma=gamma) on obs and reward.
+ZOO_POLICY: dict[str, Any] = dict(log_std_init=-2, ortho_init=False, activation_fn=nn.ReLU,
+                                  net_arch=dict(pi=[256, 256], vf=[256, 256]))
 ZOO: dict[str, dict[str, Any]] = {
     "halfcheetah": dict(
         n_envs=1, batch_size=64, n_steps=512, gamma=0.98, learning_rate=2.0633e-05,
         ent_coef=0.000401762, clip_range=0.1, n_epochs=20, gae_lambda=0.92, max_grad_norm=0.8,
-        vf_coef=0.58096, policy_kwargs=dict(log_std_init=-2, ortho_init=False,
-                                            activation_fn=nn.ReLU,
-                                            net_arch=dict(pi=[256, 256], vf=[256, 256]))),
+        vf_coef=0.58096, policy_kwargs=ZOO_POLICY),
     "hopper": dict(
         n_envs=1, batch_size=32, n_steps=512, gamma=0.999, learning_rate=9.80828e-05,
         ent_coef=0.00229519, clip_range=0.2, n_epochs=5, gae_lambda=0.99, max_grad_norm=0.7,
-        vf_coef=0.835671, policy_kwargs=dict(log_std_init=-2, ortho_init=False,
-                                             activation_fn=nn.ReLU,
-                                             net_arch=dict(pi=[256, 256], vf=[256, 256]))),
+        vf_coef=0.835671, policy_kwargs=ZOO_POLICY),
 }
-
-
-def plain(x: Any) -> Any:
-    """``x`` with classes and callables replaced by their names, for printing and JSON."""
-    if isinstance(x, dict):
-        return {k: plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [plain(v) for v in x]
-    if isinstance(x, type) or callable(x):
-        return getattr(x, "__name__", repr(x))
-    return x
-
-
-def fresh_dir(path: Path, console: Console) -> Path:
-    """Empty ``path`` (a run directory this script writes), so old event files don't mix in."""
-    if path.exists():
-        console.print(f"[dim]replacing {path}[/]")
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    return path
-
-
-# ---------------------------------------------------------------------------- policies, evals
-def ours_policy(alg: Any) -> PolicyFn:
-    return lambda obs: alg.act_deterministic(obs)
-
-
-def sb3_policy(model: SB3PPO, norm: VecNormalize | None) -> PolicyFn:
-    """Deterministic SB3 actions; observations normalized with ``norm``'s statistics, frozen."""
-
-    def policy(obs: torch.Tensor) -> torch.Tensor:
-        x = obs.cpu().numpy()
-        action, _ = model.predict(norm.normalize_obs(x) if norm is not None else x,
-                                  deterministic=True)
-        return torch.as_tensor(action, dtype=torch.float32)
-
-    return policy
-
-
-def sb3_eval(task: str, episodes: int, seed: int) -> Callable[[PolicyFn], dict[str, float]]:
-    """``evaluate`` on ``episodes`` fresh Gymnasium worlds of ``task`` (one episode each)."""
-    env = robotrl.envs.make(task, episodes, backend="gymnasium", seed=seed + EVAL_ENV_SEED)
-    return lambda policy: evaluate(policy, env, seed=seed + EVAL_RESET_SEED)
-
-
-class TimedEvals:
-    """Deterministic evaluations every ``every`` seconds of training time, logged to TensorBoard.
-
-    Training time is wall time since ``begin`` minus the time spent evaluating, so evaluations
-    cost neither contestant any budget. Events carry ``walltime = start + training seconds``:
-    plotted against wall time relative to the first event, they lie on the training clock.
-    """
-
-    def __init__(self, run: Callable[[], dict[str, float]], writer: SummaryWriter, every: float,
-                 budget_s: float, train_returns: Callable[[], list[float]] | None = None) -> None:
-        self.run, self.writer, self.every, self.budget_s = run, writer, every, budget_s
-        self.train_returns = train_returns
-        self.curve: list[dict[str, float]] = []
-        self.eval_s = 0.0
-        self.start = self.wall0 = self.next = 0.0
-
-    def begin(self) -> None:
-        """Evaluate the untrained policy at step 0, then start the training clock."""
-        result = self.run()
-        self.start, self.wall0 = time.perf_counter(), time.time()
-        self._record(0, 0.0, result)
-
-    def seconds(self) -> float:
-        return time.perf_counter() - self.start - self.eval_s
-
-    def due(self) -> bool:
-        return self.seconds() >= self.next
-
-    def out_of_time(self) -> bool:
-        return self.seconds() >= self.budget_s
-
-    def evaluate(self, step: int) -> float:
-        """Evaluate now, at env step ``step``; return the seconds it took."""
-        t, t0 = self.seconds(), time.perf_counter()
-        result = self.run()
-        dt = time.perf_counter() - t0
-        self.eval_s += dt
-        self._record(step, t, result)
-        return dt
-
-    def _record(self, step: int, t: float, result: dict[str, float]) -> None:
-        point = {"seconds": t, "steps": step, "return": result["return_mean"],
-                 "std": result["return_std"], "length": result["length_mean"]}
-        self.curve.append(point)
-        walltime = self.wall0 + t
-        for key in ("return", "std", "length"):
-            tag = "eval/return_std" if key == "std" else f"eval/{key}"
-            self.writer.add_scalar(tag, point[key], step, walltime=walltime)
-        returns = self.train_returns() if self.train_returns else []
-        if returns:
-            self.writer.add_scalar("rollout/return", sum(returns) / len(returns), step,
-                                   walltime=walltime)
-        self.writer.flush()
-        self.next = t + self.every
 
 
 class StopAtBudget(BaseCallback):
@@ -198,23 +100,15 @@ class StopAtBudget(BaseCallback):
         return not self.evals.out_of_time()
 
 
-def mean(xs: list[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
 # ---------------------------------------------------------------------------- throughput mode
-def sb3_mapping(algo: PPOConfig, num_envs: int, sb3_envs: int) -> tuple[dict[str, Any],
-                                                                          list[str]]:
+def sb3_mapping(algo: PPOConfig, num_envs: int, sb3_envs: int,
+                act_dim: int = 0) -> tuple[dict[str, Any], list[str]]:
     """SB3 ``PPO`` arguments as close to ours' ``algo`` as SB3 allows, and what differs.
 
     SB3's value loss is the plain MSE where ours is half of it, hence ``vf_coef = value_coef/2``.
+    (``act_dim``, which ``sb3_end_to_end`` passes, changes nothing here.)
     """
-    notes: list[str] = []
-    batch = algo.num_steps * num_envs
-    n_steps = max(1, round(batch / sb3_envs))
-    if n_steps * sb3_envs != batch:
-        notes.append(f"rollout batch {batch} is not a multiple of --sb3-envs {sb3_envs}: SB3 "
-                     f"collects {n_steps * sb3_envs}")
+    batch, n_steps, notes = sb3_rollout(algo, num_envs, sb3_envs)
     if algo.clip_low != algo.clip_high:
         notes.append(f"SB3 clips symmetrically: clip_range = clip_low = {algo.clip_low}")
     lr: float | Callable[[float], float] = algo.learning_rate
@@ -233,9 +127,7 @@ def sb3_mapping(algo: PPOConfig, num_envs: int, sb3_envs: int) -> tuple[dict[str
         clip_range=algo.clip_low, clip_range_vf=algo.value_clip or None,
         normalize_advantage=algo.normalize_advantages, ent_coef=algo.entropy_coef,
         vf_coef=algo.value_coef / 2, max_grad_norm=algo.max_grad_norm or math.inf,
-        policy_kwargs=dict(net_arch=dict(pi=list(algo.actor_hidden), vf=list(algo.critic_hidden)),
-                           activation_fn=ACTIVATIONS[algo.activation],
-                           log_std_init=algo.init_log_std, ortho_init=True),
+        policy_kwargs=sb3_policy_kwargs(algo),
     )
     return kwargs, notes
 
@@ -247,98 +139,22 @@ def ours_throughput(task: str, args: argparse.Namespace, console: Console) -> di
         "num_envs": args.num_envs, "total_steps": args.steps, "seed": args.seed,
         "run_dir": str(run_dir), "logger": {"progress": False},
         "eval_episodes": args.eval_episodes})
-    validate(cfg)
-    torch.set_num_threads(cfg.torch_threads or CORES)  # ours: its own config's setting
-    seed_everything(cfg.seed)
-    runner = build_runner(cfg)
-    runner.make_eval_env = None  # evaluated below, outside the timed call
-    console.print(f"[dim]{task}: ours, {cfg.num_envs} worlds, {cfg.total_steps:,} steps ...[/]")
-    t0 = time.perf_counter()
-    runner.train()
-    seconds = time.perf_counter() - t0
-    eval_env = build_env(cfg, cfg.eval_episodes, cfg.seed + EVAL_ENV_SEED, train=False)
-    final = evaluate(ours_policy(runner.alg), eval_env, seed=cfg.seed + EVAL_RESET_SEED)
-    returns = list(runner.recent_returns)
-    hist = runner.history
-    return {"steps": runner.global_step, "seconds": seconds, "sps": runner.global_step / seconds,
-            "final": final, "train_return": mean(returns), "train_episodes": len(returns),
-            "collect_s": sum(m["perf/collect_s"] for m in hist),
-            "update_s": sum(m["perf/update_s"] for m in hist), "config": to_dict(cfg)}
+    return ours_end_to_end(cfg, "ours", console)
 
 
-def sb3_throughput(task: str, cfg: dict[str, Any], args: argparse.Namespace,
+def sb3_throughput(task: str, ours: dict[str, Any], args: argparse.Namespace,
                    console: Console) -> dict[str, Any]:
-    algo = from_dict(TrainConfig, cfg).algo
-    kwargs, notes = sb3_mapping(algo, cfg["num_envs"], args.sb3_envs)
-    torch.set_num_threads(args.torch_threads)
-    vec_cls, vec_kwargs = (SubprocVecEnv, {"start_method": "forkserver"}) \
-        if args.sb3_vec == "subproc" else (DummyVecEnv, None)
-    venv = make_vec_env(task_class(task).gym_id, n_envs=args.sb3_envs, seed=args.seed,
-                        vec_env_cls=vec_cls, vec_env_kwargs=vec_kwargs)
-    venv, norm = sb3_normalize(venv, algo)
-    model = SB3PPO("MlpPolicy", venv, seed=args.seed, device="cpu", verbose=0, **kwargs)
-    console.print(f"[dim]{task}: SB3, {args.sb3_vec} x {args.sb3_envs}, n_steps "
-                  f"{kwargs['n_steps']}, {cfg['total_steps']:,} steps ...[/]")
-    return sb3_learn(model, venv, norm, task, cfg["total_steps"], args,
-                     {"hyperparameters": plain(kwargs), "notes": notes,
-                      "vec_env": f"{args.sb3_vec} x {args.sb3_envs}"})
-
-
-def sb3_normalize(venv: Any, algo: Any) -> tuple[Any, VecNormalize | None]:
-    """(env, normalizer): SB3's VecNormalize doing what ``algo``'s observation normalization
-    and reward scaling do (clip 10 as ours), or ``venv`` unchanged and None."""
-    if not (algo.normalize_obs or algo.reward_scaling):
-        return venv, None
-    norm = VecNormalize(venv, norm_obs=algo.normalize_obs, norm_reward=algo.reward_scaling,
-                        gamma=algo.gamma, clip_obs=10.0, clip_reward=10.0)
-    return norm, norm
-
-
-def sb3_learn(model: Any, venv: Any, norm: VecNormalize | None, task: str, total_steps: int,
-              args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
-    """Time ``model.learn(total_steps)``, evaluate deterministically, close ``venv``; the
-    result dict every throughput comparison prints (plus ``extra``)."""
-    t0 = time.perf_counter()
-    model.learn(total_timesteps=total_steps)
-    seconds = time.perf_counter() - t0
-    final = sb3_eval(task, args.eval_episodes, args.seed)(sb3_policy(model, norm))
-    returns = [float(ep["r"]) for ep in model.ep_info_buffer or []]
-    venv.close()
-    return {"steps": model.num_timesteps, "seconds": seconds, "sps": model.num_timesteps / seconds,
-            "final": final, "train_return": mean(returns), "train_episodes": len(returns),
-            **extra}
-
-
-def print_end_to_end(console: Console, title: str, ours: dict[str, Any], peer: dict[str, Any],
-                     peer_name: str, eval_episodes: int) -> None:
-    """Table of two end-to-end runs (``sb3_learn``-style dicts) and their throughput ratio."""
-    table = Table(title=title,
-                  caption="steps/s: env steps / wall clock of the whole train()/learn() call")
-    for col in ("", f"ours ({ours['config']['num_envs']} worlds)",
-                f"{peer_name} ({peer['vec_env']})"):
-        table.add_column(col, justify="right" if col else "left")
-    rows = [
-        ("env steps", lambda r: f"{r['steps']:,}"),
-        ("wall clock (s)", lambda r: f"{r['seconds']:.1f}"),
-        ("env-steps/s", lambda r: f"{r['sps']:,.0f}"),
-        (f"final eval return ({eval_episodes} ep.)",
-         lambda r: f"{r['final']['return_mean']:.1f} ± {r['final']['return_std']:.1f}"),
-        ("train return (last episodes)",
-         lambda r: "-" if r["train_return"] is None
-         else f"{r['train_return']:.1f} ({r['train_episodes']} ep.)"),
-    ]
-    for label, cell in rows:
-        table.add_row(label, cell(ours), cell(peer))
-    table.add_section()
-    table.add_row(f"ours/{peer_name} env-steps/s", f"{ours['sps'] / peer['sps']:.2f}x", "")
-    console.print(table)
+    vec = {"vec_env_cls": SubprocVecEnv, "vec_env_kwargs": {"start_method": "forkserver"}} \
+        if args.sb3_vec == "subproc" else {}
+    return sb3_end_to_end(SB3PPO, "SB3", task, ours, sb3_mapping, args, console,
+                          f"{args.sb3_vec} x {args.sb3_envs}", **vec)
 
 
 def throughput(args: argparse.Namespace, console: Console) -> tuple[dict, list[dict]]:
     results, checks = {}, []
     for task in args.tasks:
         ours = ours_throughput(task, args, console)
-        sb3 = sb3_throughput(task, ours["config"], args, console)
+        sb3 = sb3_throughput(task, ours, args, console)
         ratio = ours["sps"] / sb3["sps"]
         results[task] = {"ours": ours, "sb3": sb3, "ratio": ratio}
         print_end_to_end(console, f"{task} ({task_class(task).gym_id}): PPO end to end, "
@@ -347,78 +163,12 @@ def throughput(args: argparse.Namespace, console: Console) -> tuple[dict, list[d
                       f"updating. SB3 arguments: {sb3['hyperparameters']}")
         for note in sb3["notes"]:
             console.print(f"[yellow]note:[/] {note}")
-        checks.append({"name": f"{task}: ours/SB3 end-to-end env-steps/s >= {TARGET_SPEEDUP:g}x",
-                       "value": ratio, "status": "PASS" if ratio >= TARGET_SPEEDUP else "FAIL"})
+        checks.append(check(f"{task}: ours/SB3 end-to-end env-steps/s >= {TARGET_SPEEDUP:g}x",
+                            ratio, ratio >= TARGET_SPEEDUP))
     return results, checks
 
 
 # ---------------------------------------------------------------------------- wallclock mode
-def compose_ours(task: str, minutes: float, run_dir: Path, args: argparse.Namespace,
-                 extra: list[str]) -> TrainConfig:
-    """``robotrl train env=<task> max_minutes=..`` composed by Hydra, tuned configs included."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    import robotrl.configs
-
-    path = str(run_dir) if re.fullmatch(r"[\w/.\-]+", str(run_dir)) else f"'{run_dir}'"
-    mine = {"env": task, "max_minutes": f"{minutes:g}", "run_dir": path, "eval_interval": "0",
-            "logger.progress": "false", "eval_episodes": str(args.eval_episodes),
-            "seed": str(args.seed)}
-    given = {o.split("=", 1)[0].lstrip("+"): o for o in extra}
-    overrides = [f"{k}={v}" for k, v in mine.items() if k not in given] + list(given.values())
-    check_overrides(overrides)
-    config_dir = str(Path(robotrl.configs.__file__).resolve().parent)
-    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
-        composed = compose(config_name="train", overrides=hydra_overrides(overrides))
-    return resolve_config(OmegaConf.to_container(composed, resolve=True), overrides)
-
-
-def ours_wallclock(task: str, minutes: float, name: str, extra: list[str],
-                   args: argparse.Namespace, console: Console) -> dict[str, Any]:
-    run_dir = fresh_dir(Path(args.out) / name, console)
-    cfg = compose_ours(task, minutes, run_dir, args, extra)
-    validate(cfg)
-    torch.set_num_threads(cfg.torch_threads or CORES)  # ours: its own config's setting
-    seed_everything(cfg.seed)
-    runner = build_runner(cfg)
-    runner.make_eval_env = None  # TimedEvals evaluates, on the training clock
-    save_config(cfg)
-    eval_env = build_env(cfg, cfg.eval_episodes, cfg.seed + EVAL_ENV_SEED, train=False)
-    writer = SummaryWriter(str(run_dir), filename_suffix=".evals")
-    evals = TimedEvals(lambda: evaluate(ours_policy(runner.alg), eval_env,
-                                        seed=cfg.seed + EVAL_RESET_SEED),
-                       writer, args.eval_every, 60 * minutes)
-    batch = cfg.algo.num_steps * cfg.num_envs
-    update = runner.alg.update
-
-    def update_then_evaluate(progress: float = 0.0) -> dict[str, float]:
-        metrics = update(progress=progress)
-        if evals.due():
-            # the runner's budget (wall time since train() began) grows by the evaluation time
-            runner.s.max_minutes += evals.evaluate(runner.global_step + batch) / 60
-        return metrics
-
-    runner.alg.update = update_then_evaluate
-    console.print(f"[dim]{task}: ours ({name}), {cfg.num_envs} worlds, {minutes:g} min ...[/]")
-    evals.begin()
-    runner.train()
-    seconds = evals.seconds()
-    if evals.curve[-1]["steps"] != runner.global_step:  # else the last update just evaluated
-        evals.evaluate(runner.global_step)
-    writer.close()
-    early = runner.global_step >= cfg.total_steps and seconds < 60 * minutes
-    if early:
-        console.print(f"[yellow]{name} reached total_steps={cfg.total_steps:,} after "
-                      f"{seconds:.0f} s, before its budget: raise it with --ours-overrides "
-                      "total_steps=N[/]")
-    label = "ours long" if name.endswith("_long") else "ours"
-    return {"label": f"{label} ({minutes:g} min)", "budget_min": minutes, "run_dir": str(run_dir),
-            "train_seconds": seconds, "eval_seconds": evals.eval_s, "steps": runner.global_step,
-            "final": evals.curve[-1], "curve": evals.curve, "stopped_at_total_steps": early,
-            "config": to_dict(cfg)}
-
-
 def sb3_wallclock(task: str, minutes: float, args: argparse.Namespace,
                   console: Console) -> dict[str, Any]:
     if task not in ZOO:
@@ -431,17 +181,14 @@ def sb3_wallclock(task: str, minutes: float, args: argparse.Namespace,
                         gamma=hp["gamma"])
     model = SB3PPO("MlpPolicy", norm, seed=args.seed, device="cpu", verbose=0, **hp)
     run_eval = sb3_eval(task, args.eval_episodes, args.seed)
-    writer = SummaryWriter(str(run_dir))
-    evals = TimedEvals(lambda: run_eval(sb3_policy(model, norm)), writer, args.eval_every,
+    evals = TimedEvals(lambda: run_eval(sb3_policy(model, norm)), SummaryWriter(str(run_dir)),
+                       args.eval_every,
                        60 * minutes, lambda: [float(ep["r"]) for ep in model.ep_info_buffer or []])
     console.print(f"[dim]{task}: SB3 (rl-baselines3-zoo), {minutes:g} min ...[/]")
     evals.begin()
     # no schedule depends on total_timesteps here: the callback ends training at the budget
     model.learn(total_timesteps=10**10, callback=StopAtBudget(evals))
-    seconds = evals.seconds()
-    if evals.curve[-1]["steps"] != model.num_timesteps:
-        evals.evaluate(model.num_timesteps)
-    writer.close()
+    seconds = evals.finish(model.num_timesteps)
     norm.close()
     return {"label": f"SB3 zoo ({minutes:g} min)", "budget_min": minutes, "run_dir": str(run_dir),
             "train_seconds": seconds, "eval_seconds": evals.eval_s, "steps": model.num_timesteps,
@@ -481,24 +228,23 @@ def wallclock_table(task: str, runs: dict[str, dict[str, Any]], console: Console
 
 
 def wallclock_checks(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[dict]:
-    def check(name: str, value: float | None, target: float | None) -> dict[str, Any]:
-        status = "SKIP" if value is None or target is None else (
-            "PASS" if value >= target else "FAIL")
-        return {"name": name, "value": value, "target": target, "status": status}
+    def at_least(name: str, value: float | None, target: float | None) -> dict[str, Any]:
+        ok = None if value is None or target is None else value >= target
+        return check(name, value, ok, target=target)
 
     hc, hop = results.get("halfcheetah", {}), results.get("hopper", {})
-    out = [check(f"halfcheetah: ours best eval within 5 min >= {TARGET_HC_5MIN:g}",
-                 best_by(hc["ours"], min(5.0, hc["ours"]["budget_min"])) if "ours" in hc
-                 else None, TARGET_HC_5MIN)]
+    out = [at_least(f"halfcheetah: ours best eval within 5 min >= {TARGET_HC_5MIN:g}",
+                    best_by(hc["ours"], min(5.0, hc["ours"]["budget_min"])) if "ours" in hc
+                    else None, TARGET_HC_5MIN)]
     long = hc.get("ours_long")
-    out.append(check(f"halfcheetah: ours best eval within {args.long_minutes:g} min >= "
-                     f"{TARGET_HC_LONG:g} (--long)",
-                     best_by(long, long["budget_min"]) if long else None, TARGET_HC_LONG))
+    out.append(at_least(f"halfcheetah: ours best eval within {args.long_minutes:g} min >= "
+                        f"{TARGET_HC_LONG:g} (--long)",
+                        best_by(long, long["budget_min"]) if long else None, TARGET_HC_LONG))
     ours, sb3 = hop.get("ours"), hop.get("sb3")
-    out.append(check(f"hopper: ours at {args.ours_minutes:g} min >= SB3 zoo at "
-                     f"{args.sb3_minutes:g} min",
-                     ours["final"]["return"] if ours else None,
-                     sb3["final"]["return"] if sb3 else None))
+    out.append(at_least(f"hopper: ours at {args.ours_minutes:g} min >= SB3 zoo at "
+                        f"{args.sb3_minutes:g} min",
+                        ours["final"]["return"] if ours else None,
+                        sb3["final"]["return"] if sb3 else None))
     return out
 
 
@@ -540,7 +286,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g = p.add_argument_group("throughput mode")
     g.add_argument("--steps", type=int, default=200_000, help="env steps of each contestant")
     g.add_argument("--num-envs", type=int, default=TrainConfig().num_envs, help="ours' worlds")
-    g.add_argument("--algo-overrides", type=json.loads, default={}, metavar="JSON",
+    g.add_argument("--algo-overrides", type=json_object, default={}, metavar="JSON",
                    help='PPOConfig fields for ours (and mapped to SB3), e.g. \'{"num_steps": 64}\'')
     g.add_argument("--sb3-envs", type=int, default=8, help="SB3 sub-envs")
     g.add_argument("--sb3-vec", choices=("dummy", "subproc"), default="dummy",
@@ -561,8 +307,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.tasks is None:
         args.tasks = ["halfcheetah"] if args.mode == "throughput" else ["halfcheetah", "hopper"]
-    if not isinstance(args.algo_overrides, dict):
-        p.error("--algo-overrides must be a JSON object")
     unknown = [t for t in args.tasks if t not in ZOO]
     if args.mode == "wallclock" and args.only != "ours" and unknown:
         p.error(f"no rl-baselines3-zoo hyperparameters for {unknown}; known: {list(ZOO)}")
@@ -572,27 +316,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console(width=max(Console().width, 100))
-    console.print(f"robotrl PPO vs Stable-Baselines3 ({args.mode}) | {cpu_name()}, {CORES} cores | "
-                  f"mujoco {mujoco.__version__}, torch {torch.__version__}, "
-                  f"SB3 {stable_baselines3.__version__} | seed {args.seed}, "
-                  f"SB3 {args.torch_threads} torch threads, ours {TrainConfig().torch_threads}")
+    console.print(banner(f"robotrl PPO vs Stable-Baselines3 ({args.mode})",
+                         f"seed {args.seed}, SB3 {args.torch_threads} torch threads, ours "
+                         f"{TrainConfig().torch_threads}", sb3=True))
     warn_if_loaded(console)
     results, verdicts = (throughput if args.mode == "throughput" else wallclock)(args, console)
-    for c in verdicts:
-        value = "" if c["value"] is None else (
-            f" ({c['value']:.2f}x)" if args.mode == "throughput" else f" ({c['value']:.1f}"
-            + ("" if c.get("target") is None else f" vs {c['target']:.1f}") + ")")
-        colour = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}[c["status"]]
-        console.print(f"[{colour}]{c['status']}[/] {c['name']}{value}")
+
+    def value(c: dict[str, Any]) -> str:
+        if args.mode == "throughput":
+            return f" ({c['value']:.2f}x)"
+        target = "" if c["target"] is None else f" vs {c['target']:.1f}"
+        return f" ({c['value']:.1f}{target})"
+
+    print_checks(console, verdicts, value)
     if args.json:
-        meta = {"cores": CORES, "cpu": cpu_name(), "mujoco": mujoco.__version__,
-                "torch": torch.__version__, "sb3": stable_baselines3.__version__,
-                "python": platform.python_version(), "args": vars(args)}
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "mode": args.mode, "results": results, "checks": verdicts},
-                      f, indent=2, default=str)
-        console.print(f"figures written to {args.json}")
+        meta = {**machine_meta(sb3=True), "args": vars(args)}
+        write_json(args.json, {"meta": meta, "mode": args.mode, "results": results,
+                               "checks": verdicts}, console)
     return 0
 
 

@@ -9,29 +9,25 @@ Three measurements, contestants one after the other in one process:
   (SB3: 1 env, ``train_freq=1``; ours: ``--sac-envs`` worlds per step, ``utd_ratio=1``), same
   networks, batch and warm-up; env-steps/s, updates/s and the final deterministic return.
 * ``wallclock`` (``--sac-minutes M``): ours from the Hydra configs (``algo=sac``, tuned files
-  apply) for M minutes, evaluated on the training clock (``ppo_vs_sb3.ours_wallclock``).
+  apply) for M minutes, evaluated on the training clock (``common.ours_wallclock``).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from typing import Any
 
 import torch
-from ppo_vs_sb3 import EVAL_ENV_SEED, EVAL_RESET_SEED, ours_wallclock, sb3_learn
+from common import best_median, check, ours_evaluation, ours_runner, ours_wallclock, sb3_learn
 from rich.console import Console
 from rich.table import Table
 from stable_baselines3 import SAC as SB3SAC
 
 import robotrl.envs
 from robotrl.algos.sac import SAC, SACConfig
-from robotrl.cli.build import build_runner
 from robotrl.config import TrainConfig, from_dict
 from robotrl.envs.registry import task_class
-from robotrl.runners.evaluation import evaluate
-from robotrl.seeding import seed_everything
 
 BATCH = 256
 HIDDEN = (256, 256)
@@ -73,8 +69,7 @@ def update_rates(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         if rep:
             rates["ours"].append(k / (t1 - t0))
             rates["sb3"].append(k / (t2 - t1))
-    out = {name: {"best": max(r), "median": statistics.median(r), "all": r}
-           for name, r in rates.items()}
+    out = {name: {**best_median(r), "all": r} for name, r in rates.items()}
     out["ratio_best"] = out["ours"]["best"] / out["sb3"]["best"]
     out["ratio_median"] = out["ours"]["median"] / out["sb3"]["median"]
     console.print(f"updates/s (batch {BATCH}, {HIDDEN} nets, {args.torch_threads} torch "
@@ -95,17 +90,14 @@ def same_steps(args: argparse.Namespace, console: Console) -> dict[str, Any]:
         "algo": algo, "env": {"task": args.task}, "num_envs": args.sac_envs,
         "total_steps": steps, "seed": seed, "run_dir": f"{args.out}/sac_same_steps",
         "logger": {"tensorboard": False, "progress": False}, "eval_interval": 0,
-        "checkpoint_interval": 10**9, "torch_threads": args.torch_threads})
-    torch.set_num_threads(args.torch_threads)
-    seed_everything(seed)
-    runner = build_runner(cfg)
-    runner.make_eval_env = None
+        "checkpoint_interval": 10**9, "torch_threads": args.torch_threads,
+        "eval_episodes": args.eval_episodes})
+    runner = ours_runner(cfg)
     console.print(f"[dim]SAC same steps: ours, {args.sac_envs} worlds, {steps:,} steps ...[/]")
     t0 = time.perf_counter()
     runner.train()
     ours_s = time.perf_counter() - t0
-    eval_env = robotrl.envs.make(args.task, args.eval_episodes, seed=seed + EVAL_ENV_SEED)
-    ours_eval = evaluate(runner.alg.act_deterministic, eval_env, seed=seed + EVAL_RESET_SEED)
+    ours_eval = ours_evaluation(runner, cfg)()
     ours = {"seconds": ours_s, "env_steps_per_s": runner.global_step / ours_s,
             "updates": runner.alg.num_updates, "updates_per_s": runner.alg.num_updates / ours_s,
             "return": ours_eval["return_mean"], "return_std": ours_eval["return_std"]}
@@ -134,34 +126,28 @@ def sac_section(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str
     checks: list[dict[str, Any]] = []
     if args.sac_updates:
         results["updates"] = upd = update_rates(args, console)
-        checks.append(_check("sac: ours/SB3 gradient updates/s >= 2x (best repeats)",
-                             upd["ratio_best"], upd["ratio_best"] >= 2.0))
+        checks.append(check("sac: ours/SB3 gradient updates/s >= 2x (best repeats)",
+                            upd["ratio_best"], upd["ratio_best"] >= 2.0))
     if args.sac_steps:
         results["same_steps"] = same = same_steps(args, console)
         gap = same["ours"]["return"] - same["sb3"]["return"]
-        checks.append(_check(f"sac: ours final return >= SB3's after {same['steps']:,} steps "
-                             "(one seed)", gap, gap >= 0))
+        checks.append(check(f"sac: ours final return >= SB3's after {same['steps']:,} steps "
+                            "(one seed)", gap, gap >= 0))
     if args.sac_minutes:
-        ns = argparse.Namespace(out=args.out, eval_episodes=args.eval_episodes, seed=args.seed,
-                                eval_every=args.eval_every)
         extra = ["algo=sac", *args.sac_overrides]
         run = ours_wallclock(args.task, args.sac_minutes, f"sac_{args.task}_{args.sac_minutes:g}min",
-                             extra, ns, console)
+                             extra, args, console)
         results["wallclock"] = run
         curve = run["curve"]
         for minutes, target in ((10, 5000.0), (30, 7500.0)):
             if args.sac_minutes + 1e-9 >= minutes:
                 best = max(p["return"] for p in curve if p["seconds"] <= 60 * minutes + 1)
-                checks.append(_check(f"sac {args.task}: return >= {target:g} within {minutes} "
-                                     f"min (best eval: {best:.0f})", best, best >= target))
+                checks.append(check(f"sac {args.task}: return >= {target:g} within {minutes} "
+                                    f"min (best eval: {best:.0f})", best, best >= target))
         for p in curve:
             console.print(f"  {p['seconds'] / 60:5.1f} min  {p['steps']:>9,} steps  "
                           f"return {p['return']:8.1f} ± {p['std']:.0f}")
     return results, checks
-
-
-def _check(name: str, value: float, ok: bool) -> dict[str, Any]:
-    return {"name": name, "value": value, "status": "PASS" if ok else "FAIL"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,428 @@
+"""What the benchmark scripts share: the machine they ran on, checks and JSON files, and the
+timed end-to-end runs and evaluations of ours and of Stable-Baselines3 (SB3).
+
+The scripts import it as ``from common import ...``: run as ``python benchmarks/<script>.py``,
+Python puts ``benchmarks/`` on ``sys.path`` itself. SB3 (a dev extra) is imported only by the
+functions that use it, so scripts without an SB3 contestant run without it.
+
+Evaluations are seeded as ``robotrl train`` seeds its own (``robotrl.seeding``): the
+evaluation worlds from the ``eval-env`` stream of the run seed, their resets from its
+``eval-reset`` stream, for ours and for SB3's Gymnasium worlds alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import mujoco
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import robotrl.envs
+from robotrl.cli.build import build_env, build_runner
+from robotrl.cli.train import check_overrides, hydra_overrides, resolve_config, save_config
+from robotrl.config import TrainConfig, from_dict, to_dict, validate
+from robotrl.envs.registry import task_class
+from robotrl.nn.mlp import ACTIVATIONS
+from robotrl.runners.base import Runner
+from robotrl.runners.evaluation import PolicyFn, evaluate
+from robotrl.seeding import derive_seed, seed_everything
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+COLOURS = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}
+
+
+# ---------------------------------------------------------------------------- the machine
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo, else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def warn_if_loaded(console: Console) -> float:
+    """The 1-minute load average; says so when other processes already load the cores (the
+    timings would not be representative)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > 0.5:
+        console.print(f"[yellow]load average {load:.1f} before starting: other processes share "
+                      "the cores, so the timings are not representative[/]")
+    return load
+
+
+def sb3_version() -> str:
+    import stable_baselines3
+
+    return stable_baselines3.__version__
+
+
+def banner(title: str, *details: str, sb3: bool = False) -> str:
+    """``title | CPU, cores | versions | details...``: a script's first line."""
+    versions = f"mujoco {mujoco.__version__}, torch {torch.__version__}"
+    versions += f", SB3 {sb3_version()}" if sb3 else ""
+    return " | ".join((title, f"{cpu_name()}, {CORES} cores", versions, *details))
+
+
+def machine_meta(sb3: bool = False) -> dict[str, Any]:
+    """The machine and versions a JSON file's ``meta`` starts with."""
+    meta: dict[str, Any] = {"cores": CORES, "cpu": cpu_name(), "mujoco": mujoco.__version__,
+                            "torch": torch.__version__}
+    if sb3:
+        meta["sb3"] = sb3_version()
+    return {**meta, "python": platform.python_version()}
+
+
+# ---------------------------------------------------------------------------- figures, checks
+def best_median(rates: list[float]) -> dict[str, float]:
+    return {"best": max(rates), "median": statistics.median(rates)}
+
+
+def mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def check(name: str, value: Any, ok: bool | None, **extra: Any) -> dict[str, Any]:
+    """A PASS/FAIL line of a script's verdict; SKIP where ``ok`` is None (not measured)."""
+    status = "SKIP" if ok is None else "PASS" if ok else "FAIL"
+    return {"name": name, "value": value, **extra, "status": status}
+
+
+def print_checks(console: Console, checks: list[dict[str, Any]],
+                 value: Callable[[dict[str, Any]], str] | None = None) -> None:
+    """One coloured line per check; ``value(check)`` is appended where the value is known."""
+    for c in checks:
+        shown = "" if value is None or c["value"] is None else value(c)
+        console.print(f"[{COLOURS[c['status']]}]{c['status']}[/] {c['name']}{shown}")
+
+
+def write_json(path: str | Path, payload: dict[str, Any], console: Console) -> None:
+    """``payload`` to ``path`` (its folder made), objects JSON lacks as their ``str``."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2, default=str)
+    console.print(f"figures written to {path}")
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """argparse type of a JSON-object flag (``--algo-overrides``)."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def plain(x: Any) -> Any:
+    """``x`` with classes and callables replaced by their names, for printing and JSON."""
+    if isinstance(x, dict):
+        return {k: plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [plain(v) for v in x]
+    if isinstance(x, type) or callable(x):
+        return getattr(x, "__name__", repr(x))
+    return x
+
+
+def fresh_dir(path: Path, console: Console) -> Path:
+    """Empty ``path`` (a run directory this script writes), so old event files don't mix in."""
+    if path.exists():
+        console.print(f"[dim]replacing {path}[/]")
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+# ---------------------------------------------------------------------------- evaluations
+def ours_evaluation(runner: Runner, cfg: TrainConfig) -> Callable[[], dict[str, float]]:
+    """Deterministic evaluation of ``runner``'s learner on ``cfg.eval_episodes`` fresh worlds
+    (nominal physics, one episode each), seeded as ``robotrl train`` seeds its evaluations."""
+    env = build_env(cfg, cfg.eval_episodes, derive_seed(cfg.seed, "eval-env"), train=False)
+    return lambda: evaluate(runner.alg.act_deterministic, env,
+                            seed=derive_seed(cfg.seed, "eval-reset"))
+
+
+def sb3_policy(model: Any, norm: Any | None) -> PolicyFn:
+    """Deterministic SB3 actions for the ``policy`` group; observations normalized with
+    ``norm``'s (a ``VecNormalize``) statistics, frozen."""
+
+    def policy(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        x = obs["policy"].cpu().numpy()
+        action, _ = model.predict(norm.normalize_obs(x) if norm is not None else x,
+                                  deterministic=True)
+        return torch.as_tensor(action, dtype=torch.float32)
+
+    return policy
+
+
+def sb3_eval(task: str, episodes: int, seed: int) -> Callable[[PolicyFn], dict[str, float]]:
+    """``evaluate`` on ``episodes`` fresh Gymnasium worlds of ``task`` (one episode each),
+    seeded as ours' evaluation worlds of run seed ``seed``."""
+    env = robotrl.envs.make(task, episodes, backend="gymnasium",
+                            seed=derive_seed(seed, "eval-env"))
+    return lambda policy: evaluate(policy, env, seed=derive_seed(seed, "eval-reset"))
+
+
+# ---------------------------------------------------------------------------- end to end
+def ours_runner(cfg: TrainConfig) -> Runner:
+    """The runner ``robotrl train`` builds for ``cfg`` (validated, seeded, on its config's torch
+    threads), with its own evaluations off: the benchmark evaluates where it chooses."""
+    validate(cfg)
+    torch.set_num_threads(cfg.torch_threads or CORES)
+    seed_everything(cfg.seed)
+    runner = build_runner(cfg)
+    runner.evaluator = None
+    return runner
+
+
+def ours_end_to_end(cfg: TrainConfig, what: str, console: Console,
+                    extra: Callable[[list[dict[str, float]]], dict[str, Any]] | None = None
+                    ) -> dict[str, Any]:
+    """Time ours' whole ``train()`` (its config's torch threads), then evaluate outside the
+    clock; the result dict ``print_end_to_end`` prints, ``extra(history)`` before the config."""
+    runner = ours_runner(cfg)  # evaluated below, outside the timed call
+    console.print(f"[dim]{cfg.env.task}: {what}, {cfg.num_envs} worlds, "
+                  f"{cfg.total_steps:,} steps ...[/]")
+    t0 = time.perf_counter()
+    runner.train()
+    seconds = time.perf_counter() - t0
+    final = ours_evaluation(runner, cfg)()
+    hist, returns = list(runner.history), runner.recent_returns
+    return {"steps": runner.global_step, "seconds": seconds, "sps": runner.global_step / seconds,
+            "final": final, "train_return": mean(returns), "train_episodes": len(returns),
+            "collect_s": sum(m["perf/collect_s"] for m in hist),
+            "update_s": sum(m["perf/update_s"] for m in hist),
+            **(extra(hist) if extra else {}), "config": to_dict(cfg)}
+
+
+def sb3_rollout(algo: Any, num_envs: int, sb3_envs: int) -> tuple[int, int, list[str]]:
+    """(ours' rollout batch, SB3's ``n_steps`` collecting it over ``sb3_envs`` sub-envs, notes)."""
+    batch = algo.num_steps * num_envs
+    n_steps = max(1, round(batch / sb3_envs))
+    notes = [] if n_steps * sb3_envs == batch else [
+        f"rollout batch {batch} is not a multiple of --sb3-envs {sb3_envs}: SB3 collects "
+        f"{n_steps * sb3_envs}"]
+    return batch, n_steps, notes
+
+
+def sb3_policy_kwargs(algo: Any) -> dict[str, Any]:
+    """SB3 ``MlpPolicy`` arguments of ours' actor and critic networks (separate pi/vf)."""
+    return dict(net_arch=dict(pi=list(algo.actor_hidden), vf=list(algo.critic_hidden)),
+                activation_fn=ACTIVATIONS[algo.activation], log_std_init=algo.init_log_std,
+                ortho_init=True)
+
+
+def sb3_normalize(venv: Any, algo: Any) -> tuple[Any, Any | None]:
+    """(env, normalizer): SB3's VecNormalize doing what ``algo``'s observation normalization
+    and reward scaling do (clip 10 as ours), or ``venv`` unchanged and None."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    if not (algo.normalize_obs or algo.reward_scaling):
+        return venv, None
+    norm = VecNormalize(venv, norm_obs=algo.normalize_obs, norm_reward=algo.reward_scaling,
+                        gamma=algo.gamma, clip_obs=10.0, clip_reward=10.0)
+    return norm, norm
+
+
+def sb3_learn(model: Any, venv: Any, norm: Any | None, task: str, total_steps: int,
+              args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
+    """Time ``model.learn(total_steps)``, evaluate deterministically, close ``venv``; the
+    result dict every throughput comparison prints (plus ``extra``)."""
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=total_steps)
+    seconds = time.perf_counter() - t0
+    final = sb3_eval(task, args.eval_episodes, args.seed)(sb3_policy(model, norm))
+    returns = [float(ep["r"]) for ep in model.ep_info_buffer or []]
+    venv.close()
+    return {"steps": model.num_timesteps, "seconds": seconds, "sps": model.num_timesteps / seconds,
+            "final": final, "train_return": mean(returns), "train_episodes": len(returns),
+            **extra}
+
+
+def sb3_end_to_end(sb3_cls: Any, name: str, task: str, ours: dict[str, Any],
+                   mapping: Callable[..., tuple[dict[str, Any], list[str]]],
+                   args: argparse.Namespace, console: Console, vec_label: str,
+                   **vec: Any) -> dict[str, Any]:
+    """SB3 (``sb3_cls``) on ours' task, steps and hyperparameters: ``mapping(algo, num_envs,
+    sb3_envs, act_dim)`` gives its arguments and the notes on what differs; ``vec`` are
+    ``make_vec_env``'s vector-env arguments (default: DummyVecEnv). ``sb3_learn``'s dict."""
+    from stable_baselines3.common.env_util import make_vec_env
+
+    algo = from_dict(TrainConfig, ours["config"]).algo
+    torch.set_num_threads(args.torch_threads)
+    venv = make_vec_env(task_class(task).gym_id, n_envs=args.sb3_envs, seed=args.seed, **vec)
+    kwargs, notes = mapping(algo, ours["config"]["num_envs"], args.sb3_envs,
+                            int(venv.action_space.shape[0]))
+    venv, norm = sb3_normalize(venv, algo)
+    model = sb3_cls("MlpPolicy", venv, seed=args.seed, device="cpu", verbose=0, **kwargs)
+    steps = ours["config"]["total_steps"]
+    console.print(f"[dim]{task}: {name}, {vec_label}, n_steps {kwargs['n_steps']}, "
+                  f"{steps:,} steps ...[/]")
+    return sb3_learn(model, venv, norm, task, steps, args,
+                     {"hyperparameters": plain(kwargs), "notes": notes, "vec_env": vec_label})
+
+
+def print_end_to_end(console: Console, title: str, ours: dict[str, Any], peer: dict[str, Any],
+                     peer_name: str, eval_episodes: int) -> None:
+    """Table of two end-to-end runs (``sb3_learn``-style dicts) and their throughput ratio."""
+    table = Table(title=title,
+                  caption="steps/s: env steps / wall clock of the whole train()/learn() call")
+    for col in ("", f"ours ({ours['config']['num_envs']} worlds)",
+                f"{peer_name} ({peer['vec_env']})"):
+        table.add_column(col, justify="right" if col else "left")
+    rows = [
+        ("env steps", lambda r: f"{r['steps']:,}"),
+        ("wall clock (s)", lambda r: f"{r['seconds']:.1f}"),
+        ("env-steps/s", lambda r: f"{r['sps']:,.0f}"),
+        (f"final eval return ({eval_episodes} ep.)",
+         lambda r: f"{r['final']['return_mean']:.1f} ± {r['final']['return_std']:.1f}"),
+        ("train return (last episodes)",
+         lambda r: "-" if r["train_return"] is None
+         else f"{r['train_return']:.1f} ({r['train_episodes']} ep.)"),
+    ]
+    for label, cell in rows:
+        table.add_row(label, cell(ours), cell(peer))
+    table.add_section()
+    table.add_row(f"ours/{peer_name} env-steps/s", f"{ours['sps'] / peer['sps']:.2f}x", "")
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------- wall clock
+class TimedEvals:
+    """Deterministic evaluations every ``every`` seconds of training time, logged to TensorBoard.
+
+    Training time is wall time since ``begin`` minus the time spent evaluating, so evaluations
+    cost neither contestant any budget. Events carry ``walltime = start + training seconds``:
+    plotted against wall time relative to the first event, they lie on the training clock.
+    """
+
+    def __init__(self, run: Callable[[], dict[str, float]], writer: SummaryWriter, every: float,
+                 budget_s: float, train_returns: Callable[[], list[float]] | None = None) -> None:
+        self.run, self.writer, self.every, self.budget_s = run, writer, every, budget_s
+        self.train_returns = train_returns
+        self.curve: list[dict[str, float]] = []
+        self.eval_s = 0.0
+        self.start = self.wall0 = self.next = 0.0
+
+    def begin(self) -> None:
+        """Evaluate the untrained policy at step 0, then start the training clock."""
+        result = self.run()
+        self.start, self.wall0 = time.perf_counter(), time.time()
+        self._record(0, 0.0, result)
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start - self.eval_s
+
+    def due(self) -> bool:
+        return self.seconds() >= self.next
+
+    def out_of_time(self) -> bool:
+        return self.seconds() >= self.budget_s
+
+    def evaluate(self, step: int) -> float:
+        """Evaluate now, at env step ``step``; return the seconds it took."""
+        t, t0 = self.seconds(), time.perf_counter()
+        result = self.run()
+        dt = time.perf_counter() - t0
+        self.eval_s += dt
+        self._record(step, t, result)
+        return dt
+
+    def finish(self, step: int) -> float:
+        """The training seconds at the end; a last evaluation at ``step`` unless the last one
+        was there (e.g. right after the final update); the events file closed."""
+        seconds = self.seconds()
+        if self.curve[-1]["steps"] != step:
+            self.evaluate(step)
+        self.writer.close()
+        return seconds
+
+    def _record(self, step: int, t: float, result: dict[str, float]) -> None:
+        point = {"seconds": t, "steps": step, "return": result["return_mean"],
+                 "std": result["return_std"], "length": result["length_mean"]}
+        self.curve.append(point)
+        walltime = self.wall0 + t
+        for key in ("return", "std", "length"):
+            tag = "eval/return_std" if key == "std" else f"eval/{key}"
+            self.writer.add_scalar(tag, point[key], step, walltime=walltime)
+        returns = self.train_returns() if self.train_returns else []
+        if returns:
+            self.writer.add_scalar("rollout/return", sum(returns) / len(returns), step,
+                                   walltime=walltime)
+        self.writer.flush()
+        self.next = t + self.every
+
+
+def compose_ours(task: str, minutes: float, run_dir: Path, args: argparse.Namespace,
+                 extra: list[str]) -> TrainConfig:
+    """``robotrl train env=<task> max_minutes=..`` composed by Hydra, tuned configs included."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import robotrl.configs
+
+    path = str(run_dir) if re.fullmatch(r"[\w/.\-]+", str(run_dir)) else f"'{run_dir}'"
+    mine = {"env": task, "max_minutes": f"{minutes:g}", "run_dir": path, "eval_interval": "0",
+            "logger.progress": "false", "eval_episodes": str(args.eval_episodes),
+            "seed": str(args.seed)}
+    given = {o.split("=", 1)[0].lstrip("+"): o for o in extra}
+    overrides = [f"{k}={v}" for k, v in mine.items() if k not in given] + list(given.values())
+    check_overrides(overrides)
+    config_dir = str(Path(robotrl.configs.__file__).resolve().parent)
+    with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
+        composed = compose(config_name="train", overrides=hydra_overrides(overrides))
+    return resolve_config(OmegaConf.to_container(composed, resolve=True), overrides)
+
+
+def ours_wallclock(task: str, minutes: float, name: str, extra: list[str],
+                   args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    """Ours from the Hydra configs for ``minutes`` of training, evaluated every
+    ``args.eval_every`` seconds on the training clock (``TimedEvals``) into ``args.out/name``."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir = fresh_dir(Path(args.out) / name, console)
+    cfg = compose_ours(task, minutes, run_dir, args, extra)
+    runner = ours_runner(cfg)  # TimedEvals evaluates, on the training clock
+    save_config(cfg)
+    evals = TimedEvals(ours_evaluation(runner, cfg),
+                       SummaryWriter(str(run_dir), filename_suffix=".evals"),
+                       args.eval_every, 60 * minutes)
+    batch = cfg.algo.num_steps * cfg.num_envs
+    update = runner.alg.update
+
+    def update_then_evaluate(progress: float = 0.0) -> dict[str, float]:
+        metrics = update(progress=progress)
+        if evals.due():
+            # the runner's budget (wall time since train() began) grows by the evaluation time
+            runner.settings.max_minutes += evals.evaluate(runner.global_step + batch) / 60
+        return metrics
+
+    runner.alg.update = update_then_evaluate
+    console.print(f"[dim]{task}: ours ({name}), {cfg.num_envs} worlds, {minutes:g} min ...[/]")
+    evals.begin()
+    runner.train()
+    seconds = evals.finish(runner.global_step)
+    early = runner.global_step >= cfg.total_steps and seconds < 60 * minutes
+    if early:
+        console.print(f"[yellow]{name} reached total_steps={cfg.total_steps:,} after "
+                      f"{seconds:.0f} s, before its budget: raise it with --ours-overrides "
+                      "total_steps=N[/]")
+    label = "ours long" if name.endswith("_long") else "ours"
+    return {"label": f"{label} ({minutes:g} min)", "budget_min": minutes, "run_dir": str(run_dir),
+            "train_seconds": seconds, "eval_seconds": evals.eval_s, "steps": runner.global_step,
+            "final": evals.curve[-1], "curve": evals.curve, "stopped_at_total_steps": early,
+            "config": to_dict(cfg)}
