@@ -37,7 +37,7 @@ from robotrl.envs.randomization import RandomizationConfig, resolve
 from robotrl.envs.randomizer import DomainRandomizer, RandomizedEnv, randomization_seed
 
 # robotrl task names that differ from Brax's; every other name goes to Brax as is
-_ALIASES = {"half_cheetah": "halfcheetah", "humanoid_standup": "humanoidstandup"}
+ALIASES = {"half_cheetah": "halfcheetah", "humanoid_standup": "humanoidstandup"}
 _REWARD_PREFIX = "reward_"
 
 
@@ -54,7 +54,7 @@ def _make_brax_env(name: str, pipeline: str, options: dict[str, Any]) -> Any:
     from brax import envs
 
     known = brax_env_names()
-    brax_name = _ALIASES.get(name, name)
+    brax_name = ALIASES.get(name, name)
     if brax_name not in known:
         raise ValueError(f"unknown Brax env {name!r}; available: {', '.join(known)}")
     with warnings.catch_warnings():

@@ -37,11 +37,11 @@ VECTORIZATIONS: tuple[str, ...] = ("sync", "async")
 """How ``GymnasiumEnv`` vectorizes an env id: ``SyncVectorEnv`` or ``AsyncVectorEnv``."""
 
 # keyword arguments gymnasium.make itself takes, on top of the env constructor's
-_MAKE_KEYS = ("max_episode_steps", "disable_env_checker", "render_mode")
+MAKE_KEYS = ("max_episode_steps", "disable_env_checker", "render_mode")
 _REWARD_PREFIX = "reward_"
 
 
-def _find_gym_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
+def find_gym_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
     """Gymnasium's spec of ``env_id``; a ValueError naming close registered ids if unknown."""
     try:
         return gymnasium.spec(env_id)
@@ -56,7 +56,7 @@ def _find_gym_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
         raise ValueError(f"unknown Gymnasium id {env_id!r}; {hint} ({err})") from None
 
 
-def _constructor_options(creator: Any) -> set[str] | None:
+def constructor_options(creator: Any) -> set[str] | None:
     """Keyword options ``creator`` takes; None when they cannot be known.
 
     A class whose ``__init__`` forwards ``**kwargs`` (Gymnasium's MuJoCo envs pass them to
@@ -85,10 +85,10 @@ def _check_make_kwargs(gym_spec: gymnasium.envs.registration.EnvSpec,
         return
     creator = gymnasium.envs.registration.load_env_creator(entry) if isinstance(entry, str) \
         else entry
-    allowed = _constructor_options(creator)
+    allowed = constructor_options(creator)
     if allowed is None:  # let the constructor decide
         return
-    allowed |= set(_MAKE_KEYS)
+    allowed |= set(MAKE_KEYS)
     unknown = sorted(set(make_kwargs) - allowed)
     if unknown:
         raise ValueError(
@@ -103,7 +103,7 @@ def _make_vector_env(env_id: str, num_envs: int, vectorization: str,
         raise ValueError(
             f"unknown vectorization {vectorization!r}; allowed: {', '.join(VECTORIZATIONS)}"
         )
-    gym_spec = _find_gym_spec(env_id)
+    gym_spec = find_gym_spec(env_id)
     _check_make_kwargs(gym_spec, make_kwargs)
     return gymnasium.make_vec(
         gym_spec.id if ":" not in env_id else env_id,

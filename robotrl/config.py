@@ -30,7 +30,7 @@ class BackendConfig:
     """Simulator backend."""
 
     name: str = "mujoco"
-    """One of ``robotrl.envs.BACKENDS``."""
+    """A key of ``robotrl.envs.registry.BACKEND_TABLE`` (mujoco, gymnasium, mjx, brax)."""
     num_threads: int = 0
     """Simulation threads for the native backend (0: all cores)."""
 
@@ -182,7 +182,8 @@ def to_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 def validate(cfg: TrainConfig) -> None:
     """Value checks that types cannot express; raise before any training starts."""
-    from robotrl.envs import BACKENDS, list_tasks
+    from robotrl.envs import list_tasks
+    from robotrl.envs.registry import BACKEND_TABLE
 
     if cfg.num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {cfg.num_envs}")
@@ -192,8 +193,8 @@ def validate(cfg: TrainConfig) -> None:
         raise ValueError(f"torch_threads must be >= 0 (0: all cores), got {cfg.torch_threads}")
     if cfg.max_minutes < 0:
         raise ValueError(f"max_minutes must be >= 0, got {cfg.max_minutes}")
-    if cfg.backend.name not in BACKENDS:
-        raise ValueError(f"unknown backend {cfg.backend.name!r}; available: {list(BACKENDS)}")
+    if cfg.backend.name not in BACKEND_TABLE:
+        raise ValueError(f"unknown backend {cfg.backend.name!r}; available: {list(BACKEND_TABLE)}")
     if cfg.backend.name == "mujoco" and cfg.env.task not in list_tasks():
         raise ValueError(f"unknown task {cfg.env.task!r}; available tasks: {list_tasks()}")
     cfg.randomization.check()
