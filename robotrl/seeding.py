@@ -1,7 +1,7 @@
 """Seeding and RNG-state capture, so a run is reproducible from its config and resumable.
 
 Every random stream of a run is derived from the run seed and a stream name, never from a
-numeric offset (``seed + 7919`` collides with another run's seed ``7919`` stream):
+numeric offset (an offset stream of run ``s`` is the root stream of run ``s + offset``):
 
     derive_seed(cfg.seed, "eval-env")      # the evaluation worlds' reset distribution
     derive_seed(cfg.seed, "rank-3")        # one stream per data-parallel rank

@@ -16,8 +16,8 @@ def test_streams_are_stable_distinct_and_named() -> None:
     seeds = [derive_seed(s, name) for s in range(50) for name in [*STREAMS, "rank-0", "rank-1"]]
     assert len(set(seeds)) == len(seeds)  # no two (seed, stream) pairs share a seed
     assert all(0 <= s < 2**SEED_BITS for s in seeds)
-    # the offsets this replaces related streams across runs: seed 0's eval worlds were run
-    # 7919's training worlds; derived streams are not the root of any small seed
+    # offsets related streams across runs (seed 0's eval worlds were another run's training
+    # worlds); derived streams are not the root of any small seed
     assert derive_seed(0, "eval-env") not in range(100_000)
     with pytest.raises(ValueError, match="unknown seed stream 'eval'; known: eval-env"):
         derive_seed(0, "eval")
