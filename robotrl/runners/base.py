@@ -16,11 +16,14 @@ bring their own collection.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import signal
+import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +151,32 @@ class Checkpointer:
         return load_checkpoint(path, required=self.REQUIRED)
 
 
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C asks to stop at the next iteration boundary instead of raising wherever the main
+    thread is; yields ``requested()``. A second Ctrl-C raises ``KeyboardInterrupt`` at once.
+
+    Raising inside torch is unsafe: a ``KeyboardInterrupt`` delivered during ``backward()``
+    hung torch 2.14.1's autograd engine (seen in CI, stacks in issue 24's note), and an
+    interrupted optimizer step would leave half-updated parameters in the checkpoint.
+    """
+    requested = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield requested.is_set  # signal handlers can only be set from the main thread
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        if requested.is_set():
+            raise KeyboardInterrupt
+        requested.set()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield requested.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Runner:
     """Drives a learner on ``env``; runner kinds say how a rollout ends (``_end_rollout``).
 
@@ -241,9 +270,10 @@ class Runner:
     def train(self) -> dict[str, float] | None:
         """Train to ``total_steps`` or the time budget; checkpoint and evaluate at the end.
 
-        Returns the final evaluation. Ctrl-C saves a checkpoint first; a NaN/Inf in a loss or
-        the parameters (``FloatingPointError`` from the algorithm) stops without overwriting the
-        last good checkpoint.
+        Returns the final evaluation. Ctrl-C stops at the end of the running iteration and
+        saves a checkpoint first (``deferred_interrupt``); a NaN/Inf in a loss or the parameters
+        (``FloatingPointError`` from the algorithm) stops without overwriting the last good
+        checkpoint.
         """
         s = self.settings
         logger = Logger(s.run_dir, s.tensorboard, purge_step=self.global_step or None)
@@ -251,8 +281,11 @@ class Runner:
         total_iters = math.ceil(s.total_steps / (s.steps_per_env * self.env.num_envs))
         out_of_time = False
         try:
-            with ProgressBar(s.total_steps, s.progress, start=self.global_step) as bar:
+            with (deferred_interrupt() as stop_requested,
+                  ProgressBar(s.total_steps, s.progress, start=self.global_step) as bar):
                 while self.iteration < total_iters:
+                    if stop_requested():
+                        raise KeyboardInterrupt
                     if s.max_minutes and time.perf_counter() - start > 60 * s.max_minutes:
                         out_of_time = True
                         break
