@@ -37,6 +37,7 @@ class GaussianOnPolicyConfig(Protocol):
     critic_hidden: tuple[int, ...]
     activation: str
     init_log_std: float
+    min_action_std: float
     normalize_obs: bool
     reward_scaling: bool
     critic_obs: tuple[str, ...]
@@ -85,9 +86,13 @@ class GaussianOnPolicy:
             raise ValueError(f"critic_obs names {missing} but no width was given for them "
                              f"(known: {list(dims)})")
         critic_dim = sum(dims[g] for g in self.critic_groups) if self.asymmetric else None
+        half_range = (self.action_high - self.action_low) / 2
+        half_range = torch.where(torch.isfinite(half_range), half_range, 0.0)  # unbounded: none
+        min_std = cfg.min_action_std * half_range if cfg.min_action_std > 0 else None
         self.policy = GaussianActorCritic(
             obs_dim, act_dim, cfg.actor_hidden, cfg.critic_hidden, cfg.activation,
             shared_backbone, cfg.init_log_std, state_dependent_std, critic_obs_dim=critic_dim,
+            min_std=min_std,
         ).to(self.device)  # fmt: skip
         norm = RunningNormalizer
         self.obs_normalizer = norm(obs_dim).to(self.device) if cfg.normalize_obs else None

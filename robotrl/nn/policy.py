@@ -25,7 +25,8 @@ class GaussianActorCritic(nn.Module):
     Separate networks by default; with ``shared`` one trunk of widths ``actor_hidden`` feeds a
     linear mean head and a linear value head (``critic_hidden`` is then unused). The log std is
     a free parameter per action dimension, or with ``state_dependent_std`` a second output of
-    the mean head, offset by ``init_log_std``. Both are clamped to [LOG_STD_MIN, LOG_STD_MAX].
+    the mean head, offset by ``init_log_std``. Both are clamped to [LOG_STD_MIN, LOG_STD_MAX],
+    and from below to ``log(min_std)`` per action dimension when ``min_std`` [act_dim] is given.
     With ``critic_obs_dim`` the value network takes its own input (an asymmetric actor-critic:
     the critic also sees privileged observations the actor does not).
     """
@@ -42,6 +43,7 @@ class GaussianActorCritic(nn.Module):
         state_dependent_std: bool = False,
         ortho_init: bool = True,
         critic_obs_dim: int | None = None,
+        min_std: torch.Tensor | None = None,
     ) -> None:
         super().__init__()
         if shared and critic_obs_dim is not None:
@@ -74,6 +76,12 @@ class GaussianActorCritic(nn.Module):
                                    ortho_init, 1.0)
         if not state_dependent_std:
             self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+        self.log_std_min: torch.Tensor | None
+        if min_std is None:
+            self.log_std_min = None
+        else:  # derived from the config, so not saved with the weights
+            floor = torch.as_tensor(min_std, dtype=torch.float32).log().clamp_min(LOG_STD_MIN)
+            self.register_buffer("log_std_min", floor.expand(act_dim).clone(), persistent=False)
 
     def _mean_log_std(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.actor_head(features)
@@ -83,7 +91,9 @@ class GaussianActorCritic(nn.Module):
         else:
             mean = out
             log_std = self.log_std.expand_as(mean)
-        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        if self.log_std_min is None:
+            return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        return mean, torch.maximum(log_std, self.log_std_min).clamp_max(LOG_STD_MAX)
 
     def forward(self, obs: torch.Tensor,
                 critic_obs: torch.Tensor | None = None) -> tuple[Normal, torch.Tensor]:
