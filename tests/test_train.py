@@ -107,6 +107,36 @@ def test_cli_train_then_eval(tmp_path: Path) -> None:
     assert set(result) == {"return_mean", "return_std", "length_mean", "episodes", "seeds"}
     assert set(result["seeds"]) == {"root", "eval-env", "eval-reset"}
     assert result["episodes"] == 3
+    # the best evaluation so far is kept beside last.pt, and eval takes it like any checkpoint
+    best = run / "checkpoints" / "best.pt"
+    assert best.exists()
+    ev = subprocess.run([sys.executable, "-m", "robotrl.cli.main", "eval", f"checkpoint={best}",
+                         "episodes=2"], capture_output=True, text=True, timeout=300)
+    assert ev.returncode == 0, ev.stderr
+
+
+def test_cli_resume_accepts_the_original_keys_and_refuses_changes(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    original = ["env=inverted_pendulum", "num_envs=4", "algo.num_steps=16", f"run_dir={run}",
+                "logger.progress=false", "eval_episodes=2"]
+
+    def train(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "robotrl.cli.main", "train", *extra],
+                              capture_output=True, text=True, timeout=300)
+
+    first = train(*original, "total_steps=128")
+    assert first.returncode == 0, first.stderr
+    last = run / "checkpoints" / "last.pt"
+    again = train(*original, "total_steps=256", f"resume={last}")  # the same keys, repeated
+    assert again.returncode == 0, again.stderr
+    said = again.stdout + again.stderr
+    assert "resumed from" in said and "at step 128" in said, said
+    changed = train("env=hopper", f"resume={last}")
+    assert changed.returncode == 2
+    assert "cannot change 'env' when resuming" in changed.stderr
+    assert "'inverted_pendulum'" in changed.stderr and "'hopper'" in changed.stderr
+    fewer = train("num_envs=8", f"resume={last}")
+    assert fewer.returncode == 2 and "num_envs=4" in fewer.stderr and "num_envs=8" in fewer.stderr
 
 
 def test_ctrl_c_saves_a_checkpoint(tmp_path: Path) -> None:

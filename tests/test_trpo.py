@@ -13,7 +13,7 @@ from torch.distributions import Normal, kl_divergence
 
 from robotrl.algos.trpo import TRPO, TRPOConfig, conjugate_gradient, fisher_vector_product
 from robotrl.cli.train import run_training
-from robotrl.config import TrainConfig
+from robotrl.config import EnvConfig, LoggerConfig, TrainConfig
 from robotrl.envs import make
 from robotrl.nn.policy import GaussianActorCritic
 
@@ -190,6 +190,79 @@ def test_export_actor_equals_act_deterministic() -> None:
     assert torch.equal(actor(obs), expected) and expected.abs().max() == 1.0
 
 
+@pytest.mark.parametrize(("act_dim", "expected"), [(1, 0.01), (6, 0.06)])
+def test_default_kl_bound_is_per_action_dimension(act_dim: int, expected: float) -> None:
+    alg = TRPO(3, -torch.ones(act_dim), torch.ones(act_dim), 2, TRPOConfig(num_steps=2), seed=0)
+    assert alg.max_kl == pytest.approx(expected)
+    explicit = TRPO(3, -torch.ones(act_dim), torch.ones(act_dim), 2,
+                    TRPOConfig(num_steps=2, max_kl=0.2), seed=0)
+    assert explicit.max_kl == 0.2
+
+
+def test_std_floor_is_a_fraction_of_the_action_range() -> None:
+    low, high = torch.tensor([-3.0, -0.5]), torch.tensor([3.0, 0.5])
+    alg = TRPO(3, low, high, 2, TRPOConfig(num_steps=2, min_action_std=0.1), seed=0)
+    with torch.no_grad():
+        alg.policy.log_std.fill_(-20.0)
+    scale = alg.policy.dist(torch.zeros(4, 3)).scale
+    torch.testing.assert_close(scale, torch.tensor([0.3, 0.05]).expand(4, 2))
+    # off: only the numeric floor exp(-5); unbounded actions get no range-based floor
+    off = TRPO(3, low, high, 2, TRPOConfig(num_steps=2, min_action_std=0.0), seed=0)
+    unbounded = TRPO(3, torch.full((2,), -math.inf), torch.full((2,), math.inf), 2,
+                     TRPOConfig(num_steps=2), seed=0)
+    for a in (off, unbounded):
+        with torch.no_grad():
+            a.policy.log_std.fill_(-20.0)
+        torch.testing.assert_close(a.policy.dist(torch.zeros(1, 3)).scale,
+                                   torch.full((1, 2), math.exp(-5.0)))
+
+
+@pytest.mark.parametrize("min_action_std", [0.0, 1 / 30])
+def test_solved_task_drives_log_std_down_until_the_floor(min_action_std: float) -> None:
+    """The collapse's mechanism, fast: when every episode runs to the time limit the advantages
+    are tiny critic errors that standardization blows up to unit scale; whenever they favour
+    less noise (here: advantage -z^2, z the sampled action's standardized noise), TRPO spends its
+    whole KL budget and log std falls by up to sqrt(max_kl) per update whatever the std is
+    (its Fisher information is constant). Without a floor the std keeps falling towards exp(-5);
+    with the default floor it stops at 1/30 of InvertedPendulum's half-range (0.1)."""
+    torch.manual_seed(0)
+    env = make("inverted_pendulum", 8, seed=0, num_threads=1)
+    spec = env.spec
+    cfg = TRPOConfig(num_steps=16, critic_epochs=1, critic_minibatches=2,
+                     min_action_std=min_action_std)
+    alg = TRPO(spec.obs_dim, spec.action_low, spec.action_high, 8, cfg, seed=0)
+    obs = env.reset()
+    stds = []
+    for _ in range(60):
+        obs = _rollout(alg, env, obs)
+        buf = alg.buffer
+        with torch.no_grad():
+            d = alg.policy.dist(buf.obs.flatten(0, 1))
+            z = (buf.action.flatten(0, 1) - d.loc) / d.scale
+            buf.advantages.copy_(-z.square().sum(-1).view_as(buf.advantages))
+        metrics = alg.update()
+        assert metrics["train/kl"] <= alg.max_kl * (1 + 1e-5)
+        stds.append(metrics["train/action_std"])
+    assert stds[0] > 0.8  # init_log_std 0: std 1
+    if min_action_std == 0:  # measured 0.028 after 60 updates, still falling
+        assert stds[-1] < 0.04 and all(b < a for a, b in zip(stds[::10], stds[10::10])), stds
+    else:
+        assert stds[-1] == pytest.approx(0.1, rel=1e-4) and min(stds) >= 0.1 * (1 - 1e-4), stds
+
+
+@pytest.mark.slow  # the default run, 2M steps: ~4 min on 2 cores
+def test_trpo_default_run_holds_inverted_pendulum(tmp_path: Path) -> None:
+    """``robotrl train algo=trpo env=inverted_pendulum`` with nothing else: the final evaluation
+    stays >= 950. Measured (2M steps, seeds 0-2): 1000/1000/1000; before the std floor it
+    collapsed to 432/492/1000 (4.5/111/519 with the old KL bound 0.06)."""
+    cfg = TrainConfig(algo=TRPOConfig(), env=EnvConfig(task="inverted_pendulum"),
+                      run_dir=str(tmp_path), eval_interval=0,
+                      logger=LoggerConfig(tensorboard=False, progress=False))
+    result = run_training(cfg)
+    assert result is not None
+    assert result["return_mean"] >= 950, result
+
+
 @pytest.mark.slow  # a learning run: it must reach a threshold
 def test_trpo_solves_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
     """The learning claim: mean deterministic return >= 950 (of 1000) on InvertedPendulum-v5.
@@ -206,7 +279,8 @@ def test_trpo_solves_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) 
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("max_kl", 0.0), ("max_kl", -0.1), ("cg_iters", 0), ("cg_damping", -1.0),
+    [("max_kl", 0.0), ("max_kl", -0.1), ("min_action_std", -0.1), ("min_action_std", 1.0),
+     ("cg_iters", 0), ("cg_damping", -1.0),
      ("line_search_steps", 0), ("backtrack", 1.0), ("backtrack", 0.0), ("critic_lr", 0.0),
      ("critic_epochs", 0), ("critic_minibatches", 0), ("num_steps", 0), ("gamma", 1.5),
      ("gae_lambda", -0.1), ("activation", "swish"), ("fvp_fraction", 0.0),

@@ -110,8 +110,28 @@ def hydra_overrides(overrides: list[str]) -> list[str]:
     return out
 
 
+FIXED_ON_RESUME = ("algo", "env", "backend", "randomization", "num_envs")
+"""Keys a resumed run cannot change: the checkpoint's weights, optimizer, world and randomizer
+state are shaped by them. Repeating their saved value is accepted."""
+
+
+def _identity(key: str, value: Any) -> Any:
+    """What a group override selects, comparable between a composed and a saved config: the
+    algorithm, task or backend name; the whole mapping for logger and randomization."""
+    if isinstance(value, dict) and key in ("algo", "backend"):
+        return value.get("name")
+    if isinstance(value, dict) and key == "env":
+        return value.get("task")
+    return value
+
+
 def resolve_config(composed: dict[str, Any], overrides: list[str]) -> TrainConfig:
-    """Typed config for the run; with ``resume`` the checkpoint's config plus explicit overrides."""
+    """Typed config for the run; with ``resume`` the checkpoint's config plus explicit overrides.
+
+    ``composed`` is what the command line means on its own; when resuming, an override of a
+    ``FIXED_ON_RESUME`` key must select what the checkpoint has (so the original command with
+    ``resume=`` added is accepted), any other value is refused naming the old and new value.
+    """
     resume = composed.get("resume") or ""
     if not resume:
         return from_dict(TrainConfig, composed)
@@ -121,13 +141,21 @@ def resolve_config(composed: dict[str, Any], overrides: list[str]) -> TrainConfi
 
     saved = load_checkpoint(resume, required=("config",))["config"]
     explicit = [o for o in overrides if not o.startswith(("resume=", "hydra", "-"))]
+    changes, groups = [], {}
     for o in explicit:
         key = o.split("=", 1)[0].lstrip("+")
-        if key in GROUPS:
-            raise ConfigError(f"cannot change {key!r} when resuming; the checkpoint has "
-                              f"{key}={saved[key].get('name', saved[key].get('task'))!r}")
-    merged = OmegaConf.merge(OmegaConf.create(saved), OmegaConf.from_dotlist(explicit))
-    data = OmegaConf.to_container(merged, resolve=True)
+        if key not in FIXED_ON_RESUME:
+            if key in GROUPS:  # logger=none: the option's composed contents
+                groups[key] = composed[key]
+            else:
+                changes.append(o)
+            continue
+        old, new = _identity(key, saved.get(key)), _identity(key, composed.get(key))
+        if old != new:
+            raise ConfigError(f"cannot change {key!r} when resuming: the checkpoint has "
+                              f"{key}={old!r}, the command asks for {key}={new!r}")
+    merged = OmegaConf.merge(OmegaConf.create(saved), OmegaConf.from_dotlist(changes))
+    data = {**OmegaConf.to_container(merged, resolve=True), **groups}
     data["resume"] = resume
     return from_dict(TrainConfig, data)
 

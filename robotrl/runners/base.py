@@ -204,6 +204,10 @@ class Runner:
         self.evaluator = None if make_eval_env is None else Evaluator(make_eval_env,
                                                                      settings.seed, device)
         self.checkpointer = Checkpointer(Path(settings.run_dir) / "checkpoints" / "last.pt")
+        self.best_path = self.checkpointer.path.with_name("best.pt")
+        """Where the best evaluation so far is kept (SB3's EvalCallback ``best_model``)."""
+        self.best_eval: float | None = None
+        """Mean return of the best evaluation so far (saved in checkpoints, so resume keeps it)."""
         self.iteration = 0
         self.global_step = 0
         self.history: deque[dict[str, float]] = deque(maxlen=settings.history_size)
@@ -233,6 +237,7 @@ class Runner:
             "global_step": self.global_step,
             "rng": rng_state(),
             "seeds": seed_streams(self.settings.seed),
+            "best_eval": self.best_eval,
         }, path)
 
     def load(self, path: str | Path) -> None:
@@ -244,7 +249,17 @@ class Runner:
         self.collector.obs = obs_to(obs if isinstance(obs, dict) else {"policy": obs}, self.device)
         self.iteration = int(ckpt["iteration"])
         self.global_step = int(ckpt["global_step"])
+        self.best_eval = ckpt.get("best_eval")
         set_rng_state(ckpt["rng"])
+
+    def _evaluate(self, logger: Logger) -> None:
+        """Evaluate, log, and write ``best.pt`` (atomically) when the return beats the best."""
+        assert self.evaluator is not None
+        logger.log(self.evaluator(self.alg), self.global_step)
+        value = self.evaluator.last["return_mean"] if self.evaluator.last else math.nan
+        if not math.isnan(value) and (self.best_eval is None or value > self.best_eval):
+            self.best_eval = value
+            self.save(self.best_path)
 
     # ------------------------------------------------------------------ loop
     def _end_rollout(self, obs: Obs) -> None:
@@ -270,7 +285,8 @@ class Runner:
     def train(self) -> dict[str, float] | None:
         """Train to ``total_steps`` or the time budget; checkpoint and evaluate at the end.
 
-        Returns the final evaluation. Ctrl-C stops at the end of the running iteration and
+        Returns the final evaluation. Every evaluation that beats the best so far also writes
+        ``checkpoints/best.pt`` (the whole run state, so eval/export/resume take it). Ctrl-C stops at the end of the running iteration and
         saves a checkpoint first (``deferred_interrupt``); a NaN/Inf in a loss or the parameters
         (``FloatingPointError`` from the algorithm) stops without overwriting the last good
         checkpoint.
@@ -295,10 +311,10 @@ class Runner:
                         logger.log(metrics, self.global_step)
                     bar.update(self.global_step, metrics["perf/sps"],
                                metrics.get("rollout/return", math.nan))
+                    if self.evaluator and s.eval_interval and self.iteration % s.eval_interval == 0:
+                        self._evaluate(logger)  # first: last.pt then records the best so far
                     if self.iteration % s.checkpoint_interval == 0:
                         self.save()
-                    if self.evaluator and s.eval_interval and self.iteration % s.eval_interval == 0:
-                        logger.log(self.evaluator(self.alg), self.global_step)
         except KeyboardInterrupt:
             path = self.save()
             console.print(f"[yellow]interrupted: checkpoint saved to {path}[/yellow]")
@@ -314,8 +330,8 @@ class Runner:
         if out_of_time:
             console.print(f"[yellow]max_minutes={s.max_minutes} reached at step "
                           f"{self.global_step:,}: checkpointing and evaluating[/yellow]")
-        self.save()
         if self.evaluator is not None:
-            logger.log(self.evaluator(self.alg), self.global_step)
+            self._evaluate(logger)
+        self.save()
         logger.close()
         return self.last_eval
