@@ -20,8 +20,9 @@ after standardization), log std keeps falling at a steady rate until it hits the
 exp(-5) = 0.0067, 0.1% of InvertedPendulum's action range. Exploration is then gone, the states
 the KL constraint covers shrink to a sliver, and a drift of the mean the policy never recovers
 from ends the run (measured, 2M steps, seeds 0-2: eval 432/492/1000 with the per-dimension KL
-bound, 4.5/111/519 reported with 0.06). ``min_action_std`` puts the floor at a fraction of the
-action range instead (1000/1000/1000). Two other remedies were measured and rejected: scaling
+bound, 4.5/519/111 reported with 0.06). ``min_action_std`` puts the floor at a fraction of the
+action range instead (1000/1000/1000; in one further run of seed 1 the return dipped to 325 at
+1.6M steps and was back at 1000 by 2M: with exploration left, the policy recovers). Two other remedies were measured and rejected: scaling
 each step by the gradient's signal fraction estimated from two halves of the rollout stopped the
 drift on InvertedPendulum only partly (1000/532/1000) and slowed HalfCheetah to half (eval at 1M
 steps 955/246/784 vs 1716/3609/1645); more value regression (20 epochs) destabilized learning.
