@@ -22,10 +22,11 @@ the KL constraint covers shrink to a sliver, and a drift of the mean the policy 
 from ends the run (measured, 2M steps, seeds 0-2: eval 432/492/1000 with the per-dimension KL
 bound, 4.5/519/111 reported with 0.06). ``min_action_std`` puts the floor at a fraction of the
 action range instead (1000/1000/1000; in one further run of seed 1 the return dipped to 325 at
-1.6M steps and was back at 1000 by 2M: with exploration left, the policy recovers). Two other remedies were measured and rejected: scaling
-each step by the gradient's signal fraction estimated from two halves of the rollout stopped the
-drift on InvertedPendulum only partly (1000/532/1000) and slowed HalfCheetah to half (eval at 1M
-steps 955/246/784 vs 1716/3609/1645); more value regression (20 epochs) destabilized learning.
+1.6M steps and was back at 1000 by 2M: with exploration left, the policy recovers). Two other
+remedies were measured and rejected: scaling each step by the gradient's signal fraction
+estimated from two halves of the rollout stopped the drift on InvertedPendulum only partly
+(1000/532/1000) and slowed HalfCheetah to half (eval at 1M steps 955/246/784 vs
+1716/3609/1645); more value regression (20 epochs) destabilized learning.
 
 The on-policy runner drives it exactly like PPO (``act``, ``process_env_step``,
 ``compute_returns`` come from ``GaussianOnPolicy``).
@@ -89,13 +90,13 @@ class TRPOConfig:
     activation: str = "tanh"
     """Hidden activation: relu, tanh, elu, silu or gelu."""
     init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian policy."""
     min_action_std: float = 1 / 30
     """Floor of the policy's std as a fraction of each action dimension's half-range
     ``(high - low) / 2`` (0.1 on InvertedPendulum's [-3, 3]); 0: only the numeric floor exp(-5).
     Without it TRPO drives the std to that floor once a task is solved and then collapses
     (module docstring); measured on InvertedPendulum, 2M steps, seeds 0-2: final eval
     1000/1000/1000 with a floor of 0.1, 1000/926/1000 with 0.03, 432/492/1000 without."""
-    """Initial log standard deviation of the Gaussian policy."""
     state_dependent_std: bool = False
     """Predict the log std from the observation instead of a free parameter per dimension."""
     normalize_obs: bool = True
@@ -123,9 +124,8 @@ class TRPOConfig:
                              f"got {self.max_kl}")
         if not 0 <= self.min_action_std < 1:
             raise ValueError(f"min_action_std must be in [0, 1), got {self.min_action_std}")
-        for name in ("critic_lr",):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not self.critic_lr > 0:
+            raise ValueError(f"critic_lr must be > 0, got {self.critic_lr}")
         if not 0 < self.fvp_fraction <= 1:
             raise ValueError(f"fvp_fraction must be in (0, 1], got {self.fvp_fraction}")
         if not self.cg_damping >= 0:

@@ -36,6 +36,8 @@ from typing import Any
 
 from plot_curves import read_run
 
+from robotrl.checkpoint import atomic_open
+
 ALGOS = ("ppo", "trpo", "sac")
 TASKS = ("halfcheetah", "hopper", "walker2d", "ant", "humanoid", "inverted_pendulum",
          "inverted_double_pendulum", "reacher", "swimmer")
@@ -109,19 +111,24 @@ def run_cell(algo: str, task: str, seed: int, args: argparse.Namespace) -> dict[
               "eval": [ev.steps, ev.values],
               "rollout": [curves["rollout/return"].steps, curves["rollout/return"].values]
               if "rollout/return" in curves else [[], []]}
-    tmp = done.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(done)
+    with atomic_open(done, "w") as f:
+        json.dump(result, f)
     print(f"{algo:5s} {task:25s} s{seed}: final {result['final']:9.1f}  best "
           f"{result['best']:9.1f}  {result['steps']:>9,} steps  {wall / 60:.1f} min", flush=True)
     return result
+
+
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+"""97.5% quantiles of Student's t for 1-10 degrees of freedom."""
 
 
 def ci95(xs: list[float]) -> float:
     """Half-width of the 95% t-interval of the mean (0 for one value)."""
     if len(xs) < 2:
         return 0.0
-    t = {2: 12.71, 3: 4.30, 4: 3.18, 5: 2.78}.get(len(xs), 2.26)
+    df = len(xs) - 1
+    # beyond the table: the normal quantile with its first-order t correction (z + (z^3+z)/4df)
+    t = T975[df - 1] if df <= len(T975) else 1.96 + (1.96**3 + 1.96) / (4 * df)
     return t * statistics.stdev(xs) / math.sqrt(len(xs))
 
 
@@ -227,10 +234,8 @@ def main() -> None:
         r = json.loads(path.read_text())
         merged[r["algo"], r["task"], r["seed"]] = r
     results = [merged[k] for k in sorted(merged)]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.json.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results) + "\n")
-    tmp.replace(args.json)
+    with atomic_open(args.json, "w") as f:
+        f.write(json.dumps(results) + "\n")
     report(results, args.md, args.png)
 
 

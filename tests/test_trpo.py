@@ -255,7 +255,7 @@ def test_solved_task_drives_log_std_down_until_the_floor(min_action_std: float) 
 def test_trpo_default_run_holds_inverted_pendulum(tmp_path: Path) -> None:
     """``robotrl train algo=trpo env=inverted_pendulum`` with nothing else: the final evaluation
     stays >= 950. Measured (2M steps, seeds 0-2): 1000/1000/1000; before the std floor it
-    collapsed to 432/492/1000 (4.5/111/519 with the old KL bound 0.06)."""
+    collapsed to 432/492/1000 (4.5/519/111 with the old KL bound 0.06)."""
     cfg = TrainConfig(algo=TRPOConfig(), env=EnvConfig(task="inverted_pendulum"),
                       run_dir=str(tmp_path), eval_interval=0,
                       logger=LoggerConfig(tensorboard=False, progress=False))

@@ -116,8 +116,9 @@ state are shaped by them. Repeating their saved value is accepted."""
 
 
 def _identity(key: str, value: Any) -> Any:
-    """What a group override selects, comparable between a composed and a saved config: the
-    algorithm, task or backend name; the whole mapping for logger and randomization."""
+    """What an override of ``key`` selects, comparable between a composed and a saved config:
+    the algorithm, task or backend name; the value itself otherwise (randomization's mapping,
+    num_envs)."""
     if isinstance(value, dict) and key in ("algo", "backend"):
         return value.get("name")
     if isinstance(value, dict) and key == "env":

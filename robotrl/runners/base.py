@@ -255,8 +255,9 @@ class Runner:
     def _evaluate(self, logger: Logger) -> None:
         """Evaluate, log, and write ``best.pt`` (atomically) when the return beats the best."""
         assert self.evaluator is not None
-        logger.log(self.evaluator(self.alg), self.global_step)
-        value = self.evaluator.last["return_mean"] if self.evaluator.last else math.nan
+        metrics = self.evaluator(self.alg)
+        logger.log(metrics, self.global_step)
+        value = metrics["eval/return"]
         if not math.isnan(value) and (self.best_eval is None or value > self.best_eval):
             self.best_eval = value
             self.save(self.best_path)
@@ -286,10 +287,10 @@ class Runner:
         """Train to ``total_steps`` or the time budget; checkpoint and evaluate at the end.
 
         Returns the final evaluation. Every evaluation that beats the best so far also writes
-        ``checkpoints/best.pt`` (the whole run state, so eval/export/resume take it). Ctrl-C stops at the end of the running iteration and
-        saves a checkpoint first (``deferred_interrupt``); a NaN/Inf in a loss or the parameters
-        (``FloatingPointError`` from the algorithm) stops without overwriting the last good
-        checkpoint.
+        ``checkpoints/best.pt`` (the whole run state, so eval/export/resume take it). Ctrl-C
+        stops at the end of the running iteration and saves a checkpoint first
+        (``deferred_interrupt``); a NaN/Inf in a loss or the parameters (``FloatingPointError``
+        from the algorithm) stops without overwriting the last good checkpoint.
         """
         s = self.settings
         logger = Logger(s.run_dir, s.tensorboard, purge_step=self.global_step or None)
