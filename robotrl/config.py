@@ -65,7 +65,11 @@ class TrainConfig:
     num_envs: int = 128
     """Parallel training worlds."""
     total_steps: int = 2_000_000
-    """Environment steps (summed over worlds) to train for."""
+    """Environment steps (summed over worlds) to train for; gradient updates for offline
+    algorithms."""
+    dataset: str = ""
+    """Offline algorithms' data: a Minari dataset id (under ``MINARI_DATASETS_PATH``), a Minari
+    dataset directory or a D4RL-style ``.hdf5`` file; the task comes from its card."""
     seed: int = 0
     """Seed of the run: networks, sampling, env resets."""
     device: str = "cpu"
@@ -197,6 +201,16 @@ def validate(cfg: TrainConfig) -> None:
         raise ValueError(f"unknown backend {cfg.backend.name!r}; available: {list(BACKEND_TABLE)}")
     if cfg.backend.name == "mujoco" and cfg.env.task not in list_tasks():
         raise ValueError(f"unknown task {cfg.env.task!r}; available tasks: {list_tasks()}")
+    from robotrl.registry import algorithm
+
+    offline = algorithm(algo_name(cfg.algo)).runner == "offline"
+    if offline and not cfg.dataset:
+        raise ValueError(f"algo={algo_name(cfg.algo)} learns from a dataset: give "
+                         f"dataset=<Minari id | directory | file.hdf5>")
+    if cfg.dataset and not offline:
+        offline_algos = [n for n in ALGORITHMS if algorithm(n).runner == "offline"]
+        raise ValueError(f"dataset= is for offline algorithms ({offline_algos}); "
+                         f"algo={algo_name(cfg.algo)} collects its own data")
     cfg.randomization.check()
     if cfg.randomization.enabled() and cfg.backend.name == "gymnasium":
         raise ValueError("randomization needs backend=mujoco, mjx or brax (per-world model "

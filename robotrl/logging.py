@@ -46,10 +46,11 @@ class Logger:
 class ProgressBar:
     """Steps, steps/s, ETA and the latest mean return; silent when disabled."""
 
-    def __init__(self, total_steps: int, enabled: bool = True, start: int = 0) -> None:
+    def __init__(self, total_steps: int, enabled: bool = True, start: int = 0,
+                 label: str = "train") -> None:
         self.enabled = enabled
         self._progress = Progress(
-            TextColumn("[bold]train"),
+            TextColumn(f"[bold]{label}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[sps]} steps/s"),

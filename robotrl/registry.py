@@ -44,12 +44,20 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
     "trpo": AlgorithmEntry("robotrl.algos.trpo:TRPOConfig", "robotrl.algos.trpo:TRPO",
                            "on_policy"),
     "sac": AlgorithmEntry("robotrl.algos.sac:SACConfig", "robotrl.algos.sac:SAC", "off_policy"),
+    **{name: AlgorithmEntry(f"robotrl.algos.offline.{module}:{cls}Config",
+                            f"robotrl.algos.offline.{module}:{cls}", "offline")
+       for name, module, cls in (("bc", "bc", "BC"), ("td3bc", "td3bc", "TD3BC"),
+                                 ("rebrac", "rebrac", "ReBRAC"), ("iql", "iql", "IQL"),
+                                 ("cql", "cql", "CQL"), ("awac", "awac", "AWAC"),
+                                 ("td3bc_mcep", "mcep", "TD3BCMCEP"),
+                                 ("awac_mcep", "mcep", "AWACMCEP"))},
 }
 """Algorithm name -> entry."""
 
 RUNNERS: dict[str, str | type] = {
     "on_policy": "robotrl.runners.on_policy:OnPolicyRunner",
     "off_policy": "robotrl.runners.off_policy:OffPolicyRunner",
+    "offline": "robotrl.runners.offline:OfflineRunner",
 }
 """Runner kind -> runner class (``robotrl.runners.base.Runner`` subclass) or ``"module:Class"``."""
 

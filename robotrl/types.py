@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 if TYPE_CHECKING:
+    from robotrl.data.dataset import Dataset
     from robotrl.envs.base import EnvSpec
     from robotrl.nn.actor import DeterministicActor
 
@@ -106,3 +107,13 @@ class OnPolicyAlgorithm(Learner, Protocol):
 class OffPolicyAlgorithm(Learner, Protocol):
     """A learner the ``off_policy`` runner drives (SAC): it stores transitions in its own replay
     buffer (``process_env_step``) and learns from it (``update``)."""
+
+
+class OfflineAlgorithm(Learner, Protocol):
+    """A learner the ``offline`` runner drives (BC, TD3+BC, IQL, ...): it never collects;
+    ``update`` learns from the dataset given once to ``attach``."""
+
+    def attach(self, dataset: Dataset) -> None:
+        """Take the dataset (moved to the learner's device, normalized as the algorithm
+        needs); called once, before the first ``update`` and before a checkpoint is loaded."""
+        ...

@@ -64,12 +64,29 @@ def load_run(checkpoint: str, device: str = "cpu") -> tuple[TrainConfig, dict[st
 
 
 def build_runner(cfg: TrainConfig) -> Runner:
-    """Env + algorithm + the runner of the kind its registry entry names."""
-    env = build_env(cfg, cfg.num_envs, cfg.seed)
-    alg = build_algo(cfg, env.spec)
+    """Env (or dataset) + algorithm + the runner of the kind its registry entry names.
+
+    Runners whose ``learns_from`` is ``"dataset"`` (offline) get the dataset ``cfg.dataset``
+    names, checked against the task's observation and action sizes, instead of training worlds.
+    """
+    runner_cls = runner_class(algorithm(algo_name(cfg.algo)).runner)
 
     def make_eval_env() -> BatchedEnv:
         return build_env(cfg, cfg.eval_episodes, derive_seed(cfg.seed, "eval-env"), train=False)
+
+    if runner_cls.learns_from == "dataset":
+        from robotrl.data import load_dataset
+
+        eval_env = make_eval_env()
+        source: Any = load_dataset(cfg.dataset, cfg.device)
+        source.check_spec(eval_env.spec.obs_dim, eval_env.spec.action_dim, cfg.env.task)
+        alg = build_algo(cfg, eval_env.spec)
+
+        def make_eval_env() -> BatchedEnv:  # noqa: F811 - built once above for its spec
+            return eval_env
+    else:
+        source = build_env(cfg, cfg.num_envs, cfg.seed)
+        alg = build_algo(cfg, source.spec)
 
     settings = RunnerSettings(
         total_steps=cfg.total_steps,
@@ -83,6 +100,5 @@ def build_runner(cfg: TrainConfig) -> Runner:
         tensorboard=cfg.logger.tensorboard,
         seed=cfg.seed,
     )
-    runner_cls = runner_class(algorithm(algo_name(cfg.algo)).runner)
-    return runner_cls(env, alg, settings, torch.device(cfg.device), make_eval_env,
+    return runner_cls(source, alg, settings, torch.device(cfg.device), make_eval_env,
                       config=to_dict(cfg))

@@ -1,5 +1,5 @@
 """``robotrl`` console command: ``train`` (Hydra), ``eval``, ``demo``, ``export``, ``deploy``,
-``gap``."""
+``gap``, ``dataset``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ commands:
           robotrl deploy model=FILE.onnx|.pt2|.pt [hz=500] [seconds=10] [source=sim|module:attr]
                  [task=NAME] [max_delta=0.1] [timeout_ms=1] [safe_action=last|default]
   gap     sim-to-sim gap: returns on a grid of perturbed physics: robotrl gap checkpoint=PATH
+  dataset record or inspect an offline dataset (Minari or D4RL-style HDF5):
+          robotrl dataset collect kind=random|medium|expert|medium-expert [task=NAME]
+                 [checkpoint=PATH] [expert=PATH] [steps=1000000] [noise=0.1] [out=DIR|FILE.hdf5]
+          robotrl dataset info robotrl/hopper/expert-v0
 """
 
 COMMANDS: dict[str, str] = {
@@ -30,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "export": "robotrl.cli.export:export_main",
     "deploy": "robotrl.cli.deploy:deploy_main",
     "gap": "robotrl.cli.gap:gap_main",
+    "dataset": "robotrl.cli.dataset:dataset_main",
 }
 """Command -> "module:function(argv)", imported only when that command runs."""
 

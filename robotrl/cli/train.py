@@ -110,7 +110,7 @@ def hydra_overrides(overrides: list[str]) -> list[str]:
     return out
 
 
-FIXED_ON_RESUME = ("algo", "env", "backend", "randomization", "num_envs")
+FIXED_ON_RESUME = ("algo", "env", "backend", "randomization", "num_envs", "dataset")
 """Keys a resumed run cannot change: the checkpoint's weights, optimizer, world and randomizer
 state are shaped by them. Repeating their saved value is accepted."""
 
@@ -135,7 +135,9 @@ def resolve_config(composed: dict[str, Any], overrides: list[str]) -> TrainConfi
     """
     resume = composed.get("resume") or ""
     if not resume:
-        return from_dict(TrainConfig, composed)
+        cfg = from_dict(TrainConfig, composed)
+        task_from_dataset(cfg, overrides)
+        return cfg
     from omegaconf import OmegaConf
 
     from robotrl.checkpoint import load_checkpoint
@@ -159,6 +161,29 @@ def resolve_config(composed: dict[str, Any], overrides: list[str]) -> TrainConfi
     data = {**OmegaConf.to_container(merged, resolve=True), **groups}
     data["resume"] = resume
     return from_dict(TrainConfig, data)
+
+
+def task_from_dataset(cfg: TrainConfig, overrides: list[str]) -> None:
+    """Set ``cfg.env.task`` from the card of ``cfg.dataset`` (its Gymnasium id mapped to the
+    built-in task that reproduces it); an explicit ``env=`` that disagrees is refused."""
+    if not cfg.dataset:
+        return
+    from robotrl.data import load_card
+    from robotrl.envs import list_tasks
+    from robotrl.envs.registry import task_class
+
+    card = load_card(cfg.dataset)
+    explicit = any(o.split("=", 1)[0].lstrip("+") in ("env", "env.task") for o in overrides)
+    if not card.task:
+        if explicit:
+            return
+        raise ConfigError(f"dataset {cfg.dataset} does not say which task it was recorded on; "
+                          f"give env=<task> ({list_tasks()})")
+    task = next((t for t in list_tasks() if task_class(t).gym_id == card.task), card.task)
+    if explicit and cfg.env.task != task:
+        raise ConfigError(f"env={cfg.env.task} but dataset {cfg.dataset} was recorded on "
+                          f"{card.task} (task {task}); drop env= or pick another dataset")
+    cfg.env.task = task
 
 
 def save_config(cfg: TrainConfig) -> Path:
@@ -189,13 +214,17 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
         runner.load(cfg.resume)
         console.print(f"resumed from {cfg.resume} at step {runner.global_step:,}")
     save_config(cfg)
+    where = (f"dataset {cfg.dataset}, {cfg.total_steps:,} updates" if cfg.dataset else
+             f"{cfg.num_envs} worlds ({cfg.backend.name}), {cfg.total_steps:,} steps")
     console.print(f"[bold]robotrl train[/bold] {cfg.env.task} with {type(cfg.algo).__name__} "
-                  f"on {cfg.num_envs} worlds ({cfg.backend.name}), {cfg.total_steps:,} steps "
-                  f"-> {cfg.run_dir}")
+                  f"on {where} -> {cfg.run_dir}")
     result = runner.train()
     if result is not None:
+        score = (f", normalized score {result['normalized_score']:.1f}"
+                 if "normalized_score" in result else "")
         console.print(f"eval: return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "
-                      f"length {result['length_mean']:.0f} over {result['episodes']} episodes")
+                      f"length {result['length_mean']:.0f} over {result['episodes']} "
+                      f"episodes{score}")
     return result
 
 

@@ -35,6 +35,20 @@ class EnsembleLinear(nn.Module):
         return f"members={self.num_members}, in={self.in_dim}, out={self.out_dim}"
 
 
+class EnsembleLayerNorm(nn.Module):
+    """LayerNorm over the last dim of [E, B, H] with per-member gain and bias [E, 1, H]."""
+
+    def __init__(self, num_members: int, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(num_members, 1, dim))
+        self.bias = nn.Parameter(torch.zeros(num_members, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normed = nn.functional.layer_norm(x, x.shape[-1:], eps=self.eps)
+        return torch.addcmul(self.bias, normed, self.weight)
+
+
 class EnsembleQ(nn.Module):
     """E state-action value MLPs: Q_e(obs, action) for every member e.
 
@@ -43,6 +57,8 @@ class EnsembleQ(nn.Module):
         hidden: hidden widths shared by all members.
         num_members: ensemble size E (2 for SAC's clipped double Q).
         activation: a key of ``robotrl.nn.mlp.ACTIVATIONS``.
+        layer_norm: LayerNorm after every hidden activation (ReBRAC's critic, Tarasov et al.
+            2023: Dense, ReLU, LayerNorm).
     """
 
     def __init__(
@@ -52,6 +68,7 @@ class EnsembleQ(nn.Module):
         hidden: Sequence[int] = (256, 256),
         num_members: int = 2,
         activation: str = "relu",
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         if num_members < 1:
@@ -60,6 +77,8 @@ class EnsembleQ(nn.Module):
         width = obs_dim + act_dim
         for size in hidden:
             layers += [EnsembleLinear(num_members, width, size), make_activation(activation)]
+            if layer_norm:
+                layers.append(EnsembleLayerNorm(num_members, size))
             width = size
         layers.append(EnsembleLinear(num_members, width, 1))
         self.net = nn.Sequential(*layers)

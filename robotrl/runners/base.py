@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -120,6 +120,8 @@ class Evaluator:
         self.make_env, self.seed, self.device = make_env, seed, device
         self.env: BatchedEnv | None = None
         self.last: dict[str, float] | None = None
+        self.score: Callable[[float], float] | None = None
+        """Maps a mean return to a normalized score (an offline dataset's card), or None."""
 
     def __call__(self, learner: Learner) -> dict[str, float]:
         """One episode per evaluation world; returns ``eval/*`` metrics."""
@@ -131,8 +133,12 @@ class Evaluator:
             return learner.act_deterministic(obs_to(obs, device)).to(env.device)
 
         self.last = evaluate(policy, env, seed=derive_seed(self.seed, "eval-reset"))
-        return {"eval/return": self.last["return_mean"], "eval/return_std": self.last["return_std"],
-                "eval/length": self.last["length_mean"]}
+        metrics = {"eval/return": self.last["return_mean"],
+                   "eval/return_std": self.last["return_std"], "eval/length": self.last["length_mean"]}
+        if self.score is not None:
+            self.last["normalized_score"] = self.score(self.last["return_mean"])
+            metrics["eval/normalized_score"] = self.last["normalized_score"]
+        return metrics
 
 
 class Checkpointer:
@@ -180,6 +186,9 @@ def deferred_interrupt() -> Iterator[Callable[[], bool]]:
 class Runner:
     """Drives a learner on ``env``; runner kinds say how a rollout ends (``_end_rollout``).
 
+    ``learns_from`` tells the builder what the first argument is: ``"env"`` (training worlds)
+    or ``"dataset"`` (the offline runner).
+
     Attributes:
         env, alg: the training worlds (with episode statistics) and the learner.
         settings: the ``RunnerSettings``.
@@ -188,9 +197,11 @@ class Runner:
         history: the logged metrics of the last ``settings.history_size`` iterations, in order.
     """
 
+    learns_from: ClassVar[str] = "env"
+
     def __init__(
         self,
-        env: BatchedEnv,
+        env: BatchedEnv | None,
         alg: Learner,
         settings: RunnerSettings,
         device: torch.device,
@@ -199,8 +210,9 @@ class Runner:
     ) -> None:
         self.alg, self.settings, self.device = alg, settings, device
         self.config = config or {}
-        self.collector = Collector(env, alg, device)
-        self.env = self.collector.env
+        # the offline runner has no training worlds: env None, no collector
+        self.collector = None if env is None else Collector(env, alg, device)
+        self.env = None if self.collector is None else self.collector.env
         self.evaluator = None if make_eval_env is None else Evaluator(make_eval_env,
                                                                      settings.seed, device)
         self.checkpointer = Checkpointer(Path(settings.run_dir) / "checkpoints" / "last.pt")
@@ -223,7 +235,7 @@ class Runner:
     @property
     def recent_returns(self) -> list[float]:
         """Returns of the last finished training episodes (the statistics wrapper's window)."""
-        return list(self.env.recent_returns)
+        return [] if self.env is None else list(self.env.recent_returns)
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, path: Path | None = None) -> Path:
@@ -231,8 +243,8 @@ class Runner:
         return self.checkpointer.save({
             "config": self.config,
             "algo": self.alg.state_dict(),
-            "env": self.env.state_dict(),
-            "obs": obs_to(self.collector.obs, "cpu"),
+            "env": {} if self.env is None else self.env.state_dict(),
+            "obs": {} if self.collector is None else obs_to(self.collector.obs, "cpu"),
             "iteration": self.iteration,
             "global_step": self.global_step,
             "rng": rng_state(),
@@ -244,9 +256,11 @@ class Runner:
         """Continue from a checkpoint: the run proceeds exactly as if never interrupted."""
         ckpt = self.checkpointer.load(path)
         self.alg.load_state_dict(ckpt["algo"])
-        self.env.load_state_dict(ckpt["env"])
-        obs = ckpt["obs"]  # a flat tensor in checkpoints written before observation groups
-        self.collector.obs = obs_to(obs if isinstance(obs, dict) else {"policy": obs}, self.device)
+        if self.collector is not None:
+            self.env.load_state_dict(ckpt["env"])
+            obs = ckpt["obs"]  # a flat tensor in checkpoints written before observation groups
+            self.collector.obs = obs_to(obs if isinstance(obs, dict) else {"policy": obs},
+                                        self.device)
         self.iteration = int(ckpt["iteration"])
         self.global_step = int(ckpt["global_step"])
         self.best_eval = ckpt.get("best_eval")
@@ -266,9 +280,13 @@ class Runner:
     def _end_rollout(self, obs: Obs) -> None:
         """Called after each rollout with the observation that follows it."""
 
+    def steps_per_iteration(self) -> int:
+        """What one iteration adds to ``global_step`` (env steps summed over worlds)."""
+        return self.settings.steps_per_env * self.env.num_envs
+
     def _iteration(self) -> dict[str, float]:
         """One collect-and-update iteration; returns its metrics."""
-        steps = self.settings.steps_per_env * self.env.num_envs
+        steps = self.steps_per_iteration()
         t0 = time.perf_counter()
         with torch.inference_mode():
             metrics = self.collector.collect(self.settings.steps_per_env)
@@ -295,7 +313,7 @@ class Runner:
         s = self.settings
         logger = Logger(s.run_dir, s.tensorboard, purge_step=self.global_step or None)
         start = time.perf_counter()
-        total_iters = math.ceil(s.total_steps / (s.steps_per_env * self.env.num_envs))
+        total_iters = math.ceil(s.total_steps / self.steps_per_iteration())
         out_of_time = False
         try:
             with (deferred_interrupt() as stop_requested,

@@ -1,0 +1,121 @@
+"""Losses of the offline algorithms: pure functions returning ``(loss, metrics)`` (STYLE 2).
+
+Shapes: B the batch, E the critic ensemble, A the action width. Actions live in [-1, 1]^A
+(the learners map them to the env's bounds). ``terminated`` masks the bootstrap; truncated
+rows bootstrap from their next observation like any other row.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Metrics = dict[str, torch.Tensor]
+
+
+def td_target(reward: torch.Tensor, terminated: torch.Tensor, next_value: torch.Tensor,
+              gamma: float) -> torch.Tensor:
+    """r + gamma (1 - terminated) V(s'): [B] from reward [B], terminated [B] bool, next_value [B]."""
+    return reward + gamma * (~terminated) * next_value
+
+
+def ensemble_mse(q: torch.Tensor, target: torch.Tensor,
+                 name: str = "loss/critic") -> tuple[torch.Tensor, Metrics]:
+    """Sum over members of the mean squared TD error: q [E, B], target [B] -> []."""
+    loss = (q - target).square().mean(-1).sum()
+    return loss, {name: loss.detach(), "train/q": q.detach().mean()}
+
+
+def bc_loss(action: torch.Tensor, data_action: torch.Tensor) -> tuple[torch.Tensor, Metrics]:
+    """Behaviour cloning by mean squared error over batch and action dims: [B, A] -> []."""
+    loss = (action - data_action).square().mean()
+    return loss, {"loss/actor": loss.detach()}
+
+
+def td3bc_actor_loss(q: torch.Tensor, action: torch.Tensor, data_action: torch.Tensor,
+                     alpha: float) -> tuple[torch.Tensor, Metrics]:
+    """TD3+BC's policy loss (Fujimoto & Gu 2021, eq. 3): -lambda Q(s, pi(s)) + (pi(s) - a)^2.
+
+    lambda = alpha / mean|Q| (detached) makes the trade-off independent of the reward scale.
+
+    Args:
+        q: [B] the first critic at (s, pi(s)).
+        action, data_action: [B, A] pi(s) and the dataset's action.
+    """
+    lmbda = alpha / q.abs().mean().detach()
+    bc = (action - data_action).square().mean()
+    loss = -lmbda * q.mean() + bc
+    return loss, {"loss/actor": loss.detach(), "train/bc_mse": bc.detach(),
+                  "train/lambda": lmbda}
+
+
+def rebrac_actor_loss(q: torch.Tensor, action: torch.Tensor, data_action: torch.Tensor,
+                      beta: float, normalize_q: bool = True) -> tuple[torch.Tensor, Metrics]:
+    """ReBRAC's policy loss (Tarasov et al. 2023, eq. 2): mean(beta ||pi(s) - a||^2 - lambda Q).
+
+    Args:
+        q: [B] minimum over the critics at (s, pi(s)).
+        action, data_action: [B, A].
+        beta: the actor's BC coefficient.
+        normalize_q: lambda = 1 / mean|Q| (detached), else 1.
+    """
+    lmbda = 1.0 / q.abs().mean().detach() if normalize_q else torch.ones((), device=q.device)
+    bc = (action - data_action).square().sum(-1)
+    loss = (beta * bc - lmbda * q).mean()
+    return loss, {"loss/actor": loss.detach(), "train/bc_mse": bc.detach().mean(),
+                  "train/lambda": lmbda}
+
+
+def rebrac_next_value(next_q: torch.Tensor, next_action: torch.Tensor,
+                      data_next_action: torch.Tensor, beta: float) -> torch.Tensor:
+    """ReBRAC's penalized bootstrap value: min_e Q'_e(s', a') - beta ||a' - a'_data||^2: [B].
+
+    Args:
+        next_q: [E, B] target critics at (s', a'), a' the target actor's smoothed action.
+        next_action, data_next_action: [B, A] a' and the dataset's action at s'.
+    """
+    return next_q.min(0).values - beta * (next_action - data_next_action).square().sum(-1)
+
+
+def expectile_loss(diff: torch.Tensor, expectile: float) -> tuple[torch.Tensor, Metrics]:
+    """IQL's value loss (Kostrikov et al. 2022, eq. 5): mean |tau - 1(u < 0)| u^2, u = Q - V.
+
+    With tau > 0.5, V(s) tracks an upper expectile of Q(s, a) over the dataset's actions.
+    """
+    weight = torch.where(diff < 0, 1.0 - expectile, expectile)
+    loss = (weight * diff.square()).mean()
+    return loss, {"loss/value": loss.detach(), "train/v_gap": diff.detach().mean()}
+
+
+def advantage_weighted_loss(log_prob: torch.Tensor, advantage: torch.Tensor, temperature: float,
+                            max_weight: float = 100.0) -> tuple[torch.Tensor, Metrics]:
+    """Advantage-weighted regression: -mean(min(exp(adv / temperature), max_weight) log pi(a|s)).
+
+    IQL's policy extraction (Kostrikov et al. 2022, eq. 7, with beta = 1 / temperature) and
+    AWAC's actor loss (Nair et al. 2020, eq. 8, lambda = temperature).
+
+    Args:
+        log_prob: [B] log pi of the dataset's actions.
+        advantage: [B] (detached) Q(s, a) - V(s).
+    """
+    weight = torch.exp(advantage.detach() / temperature).clamp(max=max_weight)
+    loss = -(weight * log_prob).mean()
+    return loss, {"loss/actor": loss.detach(), "train/weight": weight.mean()}
+
+
+def cql_penalty(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor,
+                temperature: float = 1.0) -> tuple[torch.Tensor, Metrics]:
+    """CQL(H)'s conservative term per critic (Kumar et al. 2020, eq. 4, importance-sampled as
+    in its appendix F): T logsumexp_k((Q(s, a_k) - log mu(a_k)) / T) - Q(s, a_data).
+
+    Args:
+        q_sampled: [E, B, K] critics at K sampled actions (uniform, pi(s), pi(s')).
+        log_density: [B, K] log density of each sampled action under what drew it.
+        q_data: [E, B] critics at the dataset's actions.
+    Returns the penalty summed over critics, averaged over the batch ([]).
+    """
+    weighted = (q_sampled - log_density) / temperature
+    # no -log K: the reference implementation omits it (a constant: same gradients), and the
+    # Lagrange threshold target_action_gap is calibrated without it
+    lse = temperature * torch.logsumexp(weighted, dim=-1)
+    gap = (lse - q_data).mean(-1)  # [E]
+    return gap.sum(), {"train/cql_gap": gap.detach().mean()}

@@ -1,0 +1,164 @@
+"""``robotrl dataset collect|info``: record offline datasets on the batched simulator.
+
+    robotrl dataset collect task=hopper kind=random steps=100000 expert=runs/hopper/checkpoints/best.pt
+    robotrl dataset collect kind=expert checkpoint=runs/hopper/checkpoints/best.pt steps=1000000
+    robotrl dataset collect kind=medium checkpoint=runs/hopper_short/checkpoints/last.pt \\
+        expert=runs/hopper/checkpoints/best.pt
+    robotrl dataset collect kind=medium-expert checkpoint=MEDIUM.pt expert=EXPERT.pt
+    robotrl dataset info robotrl/hopper/expert-v0
+
+Reference scores go in the card: ``ref_min_score`` is a uniform-random policy's mean return and
+``ref_max_score`` the expert checkpoint's deterministic mean return, both measured here on
+``eval_episodes`` worlds. The dataset is written with Minari (``out`` is the datasets root,
+default ``MINARI_DATASETS_PATH``) or, when ``out`` ends in ``.hdf5``, as a D4RL-style file.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from robotrl.cli.args import parse_kv
+
+KINDS: tuple[str, ...] = ("random", "medium", "expert", "medium-expert")
+"""Dataset kinds ``collect`` records (``medium-replay`` needs a recorded training run and is
+not built yet)."""
+
+COLLECT_KEYS: dict[str, type] = {
+    "task": str, "kind": str, "checkpoint": str, "expert": str, "steps": int, "num_envs": int,
+    "seed": int, "noise": float, "out": str, "id": str, "eval_episodes": int, "progress": bool,
+}
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _checkpoint_policy(path: str, num_envs: int, seed: int) -> tuple[Any, Any, str]:
+    """(env, deterministic policy, task) of a trained run's checkpoint, on nominal physics."""
+    from robotrl.cli.build import build_algo, build_env, load_run
+
+    cfg, ckpt = load_run(path)
+    env = build_env(cfg, num_envs, seed, train=False)
+    alg = build_algo(cfg, env.spec, ckpt["algo"])
+    return env, alg.act_deterministic, cfg.env.task
+
+
+def _mean_return(env: Any, policy: Any, seed: int) -> float:
+    from robotrl.runners.evaluation import evaluate
+
+    return float(evaluate(policy, env, seed=seed)["return_mean"])
+
+
+def collect_main(argv: list[str]) -> None:
+    from robotrl.data import DatasetCard, DatasetError, save_hdf5, save_minari
+    from robotrl.data.collect import collect, uniform_policy
+    from robotrl.data.dataset import Dataset
+    from robotrl.envs import list_tasks, make
+    from robotrl.envs.registry import task_class
+    from robotrl.logging import console
+    from robotrl.seeding import derive_seed
+
+    args = parse_kv(argv, COLLECT_KEYS)
+    kind = str(args.get("kind", "random"))
+    if kind not in KINDS:
+        _fail(f"unknown kind {kind!r}; available: {list(KINDS)}")
+    steps, num_envs = int(args.get("steps", 1_000_000)), int(args.get("num_envs", 64))
+    seed, episodes = int(args.get("seed", 0)), int(args.get("eval_episodes", 20))
+    if steps < 1 or num_envs < 1 or episodes < 1:
+        _fail("steps, num_envs and eval_episodes must be >= 1")
+    checkpoint, expert = str(args.get("checkpoint", "")), str(args.get("expert", ""))
+    if kind == "expert":
+        expert = expert or checkpoint
+        checkpoint = checkpoint or expert
+    if kind != "random" and not checkpoint:
+        _fail(f"kind={kind} acts with a trained policy: give checkpoint=PATH")
+    if kind == "medium-expert" and not expert:
+        _fail("kind=medium-expert joins checkpoint= (medium) and expert= (expert) data")
+    task = str(args.get("task", ""))
+    for path in (checkpoint, expert):
+        if path:
+            from robotrl.cli.build import load_run
+
+            ckpt_task = load_run(path)[0].env.task
+            if task and task != ckpt_task:
+                _fail(f"task={task} but {path} was trained on {ckpt_task}")
+            task = ckpt_task
+    if task not in list_tasks():
+        _fail(f"unknown task {task!r}; available tasks: {list_tasks()}")
+    noise = float(args.get("noise", 0.0 if kind == "random" else 0.1))
+    progress = bool(args.get("progress", True))
+    dataset_id = str(args.get("id", f"robotrl/{task}/{kind}-v0"))
+    ref_seed = derive_seed(seed, "eval-reset")
+
+    # reference scores first: a failure here costs seconds, not a collection
+    rand_env = make(task, episodes, seed=derive_seed(seed, "eval-env"))
+    ref_min = _mean_return(rand_env, uniform_policy(rand_env, torch.Generator().manual_seed(seed)),
+                           ref_seed)
+    ref_max = None
+    if expert:
+        env, policy, _ = _checkpoint_policy(expert, episodes, derive_seed(seed, "eval-env"))
+        ref_max = _mean_return(env, policy, ref_seed)
+    console.print(f"reference returns: random {ref_min:.1f}, expert "
+                  f"{'n/a (no expert=)' if ref_max is None else f'{ref_max:.1f}'}")
+
+    card = DatasetCard(task=task_class(task).gym_id, dataset_id=dataset_id, kind=kind,
+                       ref_min_score=ref_min, ref_max_score=ref_max)
+    parts = []
+    sources = {"random": [("", steps)], "medium": [(checkpoint, steps)],
+               "expert": [(checkpoint, steps)],
+               "medium-expert": [(checkpoint, steps // 2), (expert, steps - steps // 2)]}[kind]
+    for i, (path, n) in enumerate(sources):
+        part_seed = seed + i  # a second source must not replay the first one's noise
+        if path:
+            env, policy, _ = _checkpoint_policy(path, num_envs, part_seed)
+        else:
+            env = make(task, num_envs, seed=part_seed)
+            policy = uniform_policy(env, torch.Generator().manual_seed(part_seed))
+        part_card = DatasetCard(task=card.task, policy=path or "uniform random")
+        parts.append(collect(env, policy, n, part_card, part_seed, noise, progress))
+    card.policy = " + ".join(p.card.policy for p in parts)
+    card.policy_return = sum(p.card.policy_return * len(p) for p in parts) / sum(map(len, parts))
+    card.seed, card.action_noise = seed, noise
+    data = parts[0] if len(parts) == 1 else Dataset.concat(parts, card)
+    data.card = card
+    out = str(args.get("out", ""))
+    try:
+        if out.endswith((".hdf5", ".h5")):
+            where = save_hdf5(data, out)
+        else:
+            where = save_minari(data, dataset_id, out or None)
+    except DatasetError as err:
+        _fail(str(err))
+    console.print(f"wrote {len(data):,} transitions, {data.num_episodes} episodes "
+                  f"(policy return {card.policy_return:.1f}) to {where}")
+
+
+def info_main(argv: list[str]) -> None:
+    from robotrl.data import DatasetError, load_dataset
+
+    if len(argv) != 1:
+        _fail("usage: robotrl dataset info <Minari id | directory | file.hdf5>")
+    try:
+        data = load_dataset(argv[0])
+    except DatasetError as err:
+        _fail(str(err))
+    returns = data.episode_returns()
+    card = data.card
+    print(f"{card.source}\n  task {card.task}, kind {card.kind or '-'}, policy {card.policy or '-'}")
+    print(f"  {len(data):,} transitions, {data.num_episodes} episodes, obs {data.obs_dim}, "
+          f"action {data.act_dim}; {int(data.terminations.sum())} terminations, "
+          f"{int(data.truncations.sum())} truncations")
+    print(f"  episode return {returns.mean():.1f} (min {returns.min():.1f}, max {returns.max():.1f})"
+          f"; normalized {card.normalized_score(float(returns.mean())):.1f} "
+          f"(ref min {card.ref_min_score}, max {card.ref_max_score})")
+
+
+def dataset_main(argv: list[str]) -> None:
+    commands = {"collect": collect_main, "info": info_main}
+    if not argv or argv[0] not in commands:
+        _fail(f"usage: robotrl dataset {{{'|'.join(commands)}}} ...; see robotrl --help")
+    commands[argv[0]](argv[1:])
