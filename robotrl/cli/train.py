@@ -6,6 +6,7 @@ the allowed keys; values are type-checked when the composed config becomes datac
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -240,16 +241,27 @@ def train_main(argv: list[str]) -> None:
         print(f"config error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
 
+    def refuse(kind: str, err: Exception, run_dir: str) -> None:
+        """Exit 2 naming the problem; the run directory Hydra made for it goes if empty."""
+        print(f"{kind} error: {err}", file=sys.stderr)
+        with contextlib.suppress(OSError):
+            Path(run_dir).rmdir()  # only ever removes an empty directory
+        raise SystemExit(2) from None
+
     @hydra.main(config_path="pkg://robotrl.configs", config_name="train", version_base="1.3")
     def _hydra_entry(dcfg: DictConfig) -> None:
+        from robotrl.data import DatasetError
+
         composed = OmegaConf.to_container(dcfg, resolve=True)
         try:
             cfg = resolve_config(composed, overrides)
             validate(cfg)
         except (ConfigError, ValueError, TypeError) as err:
-            print(f"config error: {err}", file=sys.stderr)
-            raise SystemExit(2) from None
-        run_training(cfg)
+            refuse("config", err, str(composed.get("run_dir", "")))
+        try:
+            run_training(cfg)
+        except DatasetError as err:  # found when the data is read: nothing written yet
+            refuse("dataset", err, cfg.run_dir)
 
     flags = [a for a in argv if a.startswith("-")]
     sys.argv = ["robotrl train", *flags, *hydra_overrides(overrides)]

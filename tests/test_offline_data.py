@@ -1,0 +1,194 @@
+"""Offline datasets: round trips through Minari and HDF5, the D4RL layout, n-step returns,
+segments, deterministic collection, and every bad input named with its file and field."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from robotrl.data import (
+    Dataset,
+    DatasetCard,
+    DatasetError,
+    load_card,
+    load_dataset,
+    save_hdf5,
+    save_minari,
+)
+from robotrl.data.collect import collect, uniform_policy
+from robotrl.envs import make
+
+
+def tiny(obs_dim: int = 4, act_dim: int = 1, lengths: tuple[int, ...] = (5, 3, 4),
+         task: str = "InvertedPendulum-v5", seed: int = 0) -> Dataset:
+    """Three episodes: the first terminates, the others are truncated."""
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for i, n in enumerate(lengths):
+        episodes.append({
+            "observations": rng.normal(size=(n + 1, obs_dim)).astype(np.float32),
+            "actions": rng.uniform(-1, 1, (n, act_dim)).astype(np.float32),
+            "rewards": rng.normal(size=n).astype(np.float32),
+            "terminations": np.arange(n) == (n - 1 if i == 0 else n),
+            "truncations": np.arange(n) == (n - 1 if i > 0 else n),
+        })
+    card = DatasetCard(task=task, kind="expert", policy="test", ref_min_score=0.0,
+                       ref_max_score=1000.0, seed=seed)
+    return Dataset.from_episodes(episodes, card)
+
+
+@pytest.fixture
+def minari_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "datasets"
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    return root
+
+
+def test_minari_round_trip(minari_root: Path) -> None:
+    data = tiny()
+    path = save_minari(data, "test/inverted_pendulum/expert-v0")
+    assert path == minari_root / "test/inverted_pendulum/expert-v0"
+    for ref in ("test/inverted_pendulum/expert-v0", str(path), str(path / "data")):
+        back = load_dataset(ref)
+        assert torch.equal(back.table, data.table)
+        assert torch.equal(back.episode_starts, data.episode_starts)
+    card = load_card("test/inverted_pendulum/expert-v0")
+    assert (card.task, card.kind, card.ref_min_score, card.ref_max_score) == (
+        "InvertedPendulum-v5", "expert", 0.0, 1000.0)
+    import minari  # the file is Minari's own: its API reads it and its metadata
+
+    ds = minari.load_dataset("test/inverted_pendulum/expert-v0")
+    assert ds.total_episodes == 3 and ds.total_steps == len(data)
+    assert minari.get_normalized_score(ds, np.array([500.0])) == pytest.approx(0.5)
+    with pytest.raises(DatasetError, match="exists"):
+        save_minari(data, "test/inverted_pendulum/expert-v0")
+
+
+def test_hdf5_round_trip_and_d4rl_layout(tmp_path: Path) -> None:
+    data = tiny()
+    path = save_hdf5(data, tmp_path / "d.hdf5")
+    back = load_dataset(str(path))
+    assert torch.equal(back.table, data.table) and back.card.kind == "expert"
+    assert torch.equal(back.episode_starts, data.episode_starts)
+    with pytest.raises(DatasetError, match="exists"):
+        save_hdf5(data, path)
+    # D4RL without next_observations: a row's successor is the next observation; the row that
+    # ends an episode by timeout has none and is dropped; a terminal row keeps its own
+    obs = np.arange(12, dtype=np.float32).reshape(6, 2)
+    with h5py.File(tmp_path / "d4rl.hdf5", "w") as f:
+        f["observations"], f["actions"] = obs, np.zeros((6, 1), np.float32)
+        f["rewards"] = np.arange(6, dtype=np.float32)
+        f["terminals"] = np.array([0, 1, 0, 0, 0, 0], bool)
+        f["timeouts"] = np.array([0, 0, 0, 1, 0, 0], bool)
+    d = load_dataset(str(tmp_path / "d4rl.hdf5"))
+    assert d.rewards.tolist() == [0, 1, 2, 4]  # row 3 (timeout) and row 5 (no successor) dropped
+    assert d.next_observations[:, 0].tolist() == [2, 2, 6, 10]
+    assert d.terminations.tolist() == [False, True, False, False]
+    assert d.episode_starts.tolist() == [0, 2, 3]
+
+
+def test_n_step_and_segments_by_hand() -> None:
+    data = tiny()  # rows 0-4 (terminated at 4), 5-7 (truncated at 7), 8-11
+    r = data.rewards.double()
+    returns, discount, last = data.n_step(0.5, 2)
+    assert returns[3].item() == pytest.approx((r[3] + 0.5 * r[4]).item(), rel=1e-6)
+    assert (discount[3].item(), last[3].item()) == (0.0, 4)  # the window hits the termination
+    assert (discount[6].item(), last[6].item()) == (0.25, 7)
+    assert (discount[7].item(), last[7].item()) == (0.5, 7)  # truncated: bootstrap after 1 step
+    assert returns[7].item() == pytest.approx(r[7].item())
+    one = data.n_step(0.5, 1)
+    assert torch.equal(one[0], data.rewards) and torch.equal(one[2], torch.arange(len(data)))
+    segs = data.segments(3)
+    assert segs.tolist() == [[0, 1, 2], [1, 2, 3], [2, 3, 4], [5, 6, 7], [8, 9, 10], [9, 10, 11]]
+
+
+def test_sample_is_one_batch_from_the_generator() -> None:
+    data = tiny()
+    a = data.sample(7, torch.Generator().manual_seed(3))
+    b = data.sample(7, torch.Generator().manual_seed(3))
+    assert a["obs"].shape == (7, 4) and a["action"].shape == (7, 1) and a["reward"].shape == (7,)
+    assert a["terminated"].dtype == torch.bool
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_collection_is_deterministic_and_marks_the_cut_episode() -> None:
+    def run() -> Dataset:
+        env = make("inverted_pendulum", 4, seed=0)
+        card = DatasetCard(task="InvertedPendulum-v5")
+        return collect(env, uniform_policy(env, torch.Generator().manual_seed(0)), 200, card,
+                       seed=5, action_noise=0.1, progress=False)
+
+    a, b = run(), run()
+    assert len(a) == 200 and torch.equal(a.table, b.table)
+    ends = a.episode_ends() - 1
+    assert bool((a.terminations[ends] | a.truncations[ends]).all())  # every episode closed
+    assert a.card.seed == 5 and a.card.policy_return > 0
+    # each row's next observation is the next row's observation inside an episode
+    inner = torch.ones(len(a), dtype=torch.bool)
+    inner[ends] = False
+    rows = inner.nonzero().squeeze(1)
+    assert torch.equal(a.next_observations[rows], a.observations[rows + 1])
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("rewards", float("nan"), "field 'rewards' has NaN"),
+    ("observations", float("inf"), "field 'observations' has NaN/Inf"),
+])
+def test_non_finite_fields_are_named(tmp_path: Path, field: str, value: float,
+                                     message: str) -> None:
+    path = save_hdf5(tiny(), tmp_path / "d.hdf5")
+    with h5py.File(path, "r+") as f:
+        f[field][2] = value
+    with pytest.raises(DatasetError, match=message) as err:
+        load_dataset(str(path))
+    assert str(path) in str(err.value)
+
+
+def test_missing_field_truncated_file_and_unknown_id(tmp_path: Path, minari_root: Path) -> None:
+    path = save_hdf5(tiny(), tmp_path / "d.hdf5")
+    with h5py.File(path, "r+") as f:
+        del f["timeouts"]
+    with pytest.raises(DatasetError, match=r"missing field\(s\) \['timeouts'\]"):
+        load_dataset(str(path))
+    good = save_hdf5(tiny(lengths=(400, 300)), tmp_path / "big.hdf5")
+    cut = tmp_path / "cut.hdf5"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(DatasetError, match="cut.hdf5"):
+        load_dataset(str(cut))
+    (tmp_path / "junk.hdf5").write_bytes(b"not an hdf5 file")
+    with pytest.raises(DatasetError, match="not a readable HDF5 file"):
+        load_dataset(str(tmp_path / "junk.hdf5"))
+    save_minari(tiny(), "test/ip/expert-v0")
+    with pytest.raises(DatasetError, match=r"unknown dataset 'test/ip/nope-v0'.*test/ip/expert-v0"):
+        load_dataset("test/ip/nope-v0")
+
+
+def _robotrl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "robotrl.cli.main", *args], capture_output=True,
+                          text=True, env={**os.environ, **(env or {})}, timeout=300)
+
+
+def test_train_refuses_bad_datasets_with_exit_2(tmp_path: Path) -> None:
+    wide = save_hdf5(tiny(obs_dim=5), tmp_path / "wide.hdf5")  # InvertedPendulum has 4
+    run_dir = tmp_path / "run"
+    out = _robotrl("train", "algo=td3bc", f"dataset={wide}", f"run_dir={run_dir}")
+    assert out.returncode == 2, out.stderr
+    assert "field 'observations' has width 5" in out.stderr and "needs 4" in out.stderr
+    assert not run_dir.exists()  # nothing written
+    ip = save_hdf5(tiny(), tmp_path / "ip.hdf5")
+    out = _robotrl("train", "algo=iql", f"dataset={ip}", "env=hopper", f"run_dir={run_dir}")
+    assert out.returncode == 2 and "recorded on InvertedPendulum-v5" in out.stderr
+    out = _robotrl("train", "algo=ppo", f"dataset={ip}", f"run_dir={run_dir}")
+    assert out.returncode == 2 and "dataset= is for offline algorithms" in out.stderr
+    out = _robotrl("train", "algo=cql", f"run_dir={run_dir}")
+    assert out.returncode == 2 and "learns from a dataset" in out.stderr
+    out = _robotrl("train", "algo=bc", f"dataset={tmp_path / 'none.hdf5'}", f"run_dir={run_dir}")
+    assert out.returncode == 2 and "no such HDF5 file" in out.stderr
+    assert not run_dir.exists()
