@@ -192,3 +192,44 @@ def test_train_refuses_bad_datasets_with_exit_2(tmp_path: Path) -> None:
     out = _robotrl("train", "algo=bc", f"dataset={tmp_path / 'none.hdf5'}", f"run_dir={run_dir}")
     assert out.returncode == 2 and "no such HDF5 file" in out.stderr
     assert not run_dir.exists()
+
+
+def test_a_dataset_minari_records_from_gymnasium_trains_here(minari_root: Path) -> None:
+    """Data written by minari itself from Gymnasium's own Hopper-v5 (as the Minari hub's MuJoCo
+    datasets are) maps to our hopper task and fits its spec."""
+    import gymnasium as gym
+    import minari
+    from minari.data_collector import EpisodeBuffer
+
+    from robotrl.cli.train import task_from_dataset
+
+    env = gym.make("Hopper-v5")
+    env.action_space.seed(0)
+    buffers = []
+    for ep in range(2):
+        obs, _ = env.reset(seed=ep)
+        observations, actions, rewards, terms, truncs = [obs], [], [], [], []
+        for t in range(20):
+            action = env.action_space.sample()
+            obs, reward, term, trunc, _ = env.step(action)
+            observations.append(obs)
+            actions.append(action)
+            rewards.append(reward)
+            terms.append(term)
+            truncs.append(trunc or t == 19)
+            if term:
+                break
+        buffers.append(EpisodeBuffer(id=ep, observations=np.stack(observations),
+                                     actions=np.stack(actions), rewards=rewards,
+                                     terminations=terms, truncations=truncs))
+    minari.create_dataset_from_buffers("gym/hopper/random-v0", buffers, env="Hopper-v5",
+                                       algorithm_name="random")
+    data = load_dataset("gym/hopper/random-v0")
+    assert data.card.task == "Hopper-v5" and data.num_episodes == 2
+    robot = make("hopper", 1)
+    data.check_spec(robot.spec.obs_dim, robot.spec.action_dim)
+    from robotrl.config import TrainConfig
+
+    cfg = TrainConfig(dataset="gym/hopper/random-v0")
+    task_from_dataset(cfg, [])
+    assert cfg.env.task == "hopper"
