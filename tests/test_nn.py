@@ -83,3 +83,17 @@ def test_residual_mlp_stays_trainable_at_depth() -> None:
     last = net.blocks[-1].fc1.weight.grad.norm().item()
     assert first > 0 and 0.2 < first / last < 5.0
     assert all(torch.isfinite(p.grad).all() for p in net.parameters())
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_ensemble_member_equals_its_slice_of_the_ensemble(layer_norm: bool) -> None:
+    from robotrl.nn.ensemble import EnsembleQ
+
+    q = EnsembleQ(5, 2, (8, 8), 3, layer_norm=layer_norm)
+    with torch.no_grad():
+        for p in q.parameters():
+            p.add_(torch.randn_like(p) * 0.1)  # LayerNorm gains away from their init of 1
+    obs, action = torch.randn(4, 5), torch.randn(4, 2)
+    full = q(obs, action)
+    for i in range(3):
+        assert torch.allclose(q.member(obs, action, i), full[i], atol=1e-6)

@@ -88,7 +88,7 @@ class TD3BC(OfflineLearner):
                     alpha: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The policy loss of ``actor`` with Q-weight ``alpha`` (MCEP trains a second actor)."""
         action = actor(batch["obs"])
-        q = self.critic(batch["obs"], action)[0]
+        q = self.critic.member(batch["obs"], action, 0)
         return td3bc_actor_loss(q, action, batch["action"], alpha)
 
     def _update_actor(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:

@@ -31,6 +31,10 @@ class EnsembleLinear(nn.Module):
             x = x.expand(self.num_members, *x.shape)
         return torch.baddbmm(self.bias, x, self.weight)
 
+    def member(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        """Member ``i`` alone: [B, in] -> [B, out]."""
+        return torch.addmm(self.bias[i], x, self.weight[i])
+
     def extra_repr(self) -> str:
         return f"members={self.num_members}, in={self.in_dim}, out={self.out_dim}"
 
@@ -47,6 +51,11 @@ class EnsembleLayerNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         normed = nn.functional.layer_norm(x, x.shape[-1:], eps=self.eps)
         return torch.addcmul(self.bias, normed, self.weight)
+
+    def member(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        """Member ``i`` alone: [B, H] -> [B, H]."""
+        return nn.functional.layer_norm(x, x.shape[-1:], self.weight[i, 0], self.bias[i, 0],
+                                        self.eps)
 
 
 class EnsembleQ(nn.Module):
@@ -87,3 +96,11 @@ class EnsembleQ(nn.Module):
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q values [E, B] of ``obs`` [B, obs_dim] and ``action`` [B, act_dim]."""
         return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)
+
+    def member(self, obs: torch.Tensor, action: torch.Tensor, i: int = 0) -> torch.Tensor:
+        """Q values [B] of member ``i`` alone (TD3's actor reads only the first critic: half
+        the arithmetic of evaluating the ensemble and dropping the rest)."""
+        x = torch.cat([obs, action], dim=-1)
+        for layer in self.net:
+            x = layer.member(x, i) if hasattr(layer, "member") else layer(x)
+        return x.squeeze(-1)
