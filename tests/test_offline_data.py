@@ -233,3 +233,21 @@ def test_a_dataset_minari_records_from_gymnasium_trains_here(minari_root: Path) 
     cfg = TrainConfig(dataset="gym/hopper/random-v0")
     task_from_dataset(cfg, [])
     assert cfg.env.task == "hopper"
+
+
+def test_dataset_collect_and_info_commands(tmp_path: Path) -> None:
+    out = tmp_path / "ip_random.hdf5"
+    run = _robotrl("dataset", "collect", "task=inverted_pendulum", "kind=random", "steps=300",
+                   "num_envs=4", "eval_episodes=2", f"out={out}", "progress=false")
+    assert run.returncode == 0, run.stderr
+    data = load_dataset(str(out))
+    assert len(data) == 300 and data.card.kind == "random" and data.card.ref_min_score > 0
+    assert data.card.ref_max_score is None  # no expert= given: no normalized score
+    info = _robotrl("dataset", "info", str(out))
+    assert info.returncode == 0 and "300 transitions" in info.stdout
+    again = _robotrl("dataset", "collect", "task=inverted_pendulum", "steps=10", f"out={out}")
+    assert again.returncode == 2 and "exists" in again.stderr  # never overwritten
+    bad = _robotrl("dataset", "collect", "kind=expert", "task=hopper")
+    assert bad.returncode == 2 and "checkpoint=PATH" in bad.stderr
+    bad = _robotrl("dataset", "collect", "kind=replay")
+    assert bad.returncode == 2 and "unknown kind 'replay'" in bad.stderr

@@ -16,6 +16,7 @@ default ``MINARI_DATASETS_PATH``) or, when ``out`` ends in ``.hdf5``, as a D4RL-
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -54,7 +55,7 @@ def _mean_return(env: Any, policy: Any, seed: int) -> float:
 
 
 def collect_main(argv: list[str]) -> None:
-    from robotrl.data import DatasetCard, DatasetError, save_hdf5, save_minari
+    from robotrl.data import DatasetCard, DatasetError, datasets_root, save_hdf5, save_minari
     from robotrl.data.collect import collect, uniform_policy
     from robotrl.data.dataset import Dataset
     from robotrl.envs import list_tasks, make
@@ -93,6 +94,11 @@ def collect_main(argv: list[str]) -> None:
     progress = bool(args.get("progress", True))
     dataset_id = str(args.get("id", f"robotrl/{task}/{kind}-v0"))
     ref_seed = derive_seed(seed, "eval-reset")
+    out = str(args.get("out", ""))
+    target = (Path(out) if out.endswith((".hdf5", ".h5"))
+              else Path(out or datasets_root()) / dataset_id)
+    if target.exists():  # before minutes of collection, not after
+        _fail(f"{target} exists; pick another out= or id=, or remove it")
 
     # reference scores first: a failure here costs seconds, not a collection
     rand_env = make(task, episodes, seed=derive_seed(seed, "eval-env"))
@@ -125,7 +131,6 @@ def collect_main(argv: list[str]) -> None:
     card.seed, card.action_noise = seed, noise
     data = parts[0] if len(parts) == 1 else Dataset.concat(parts, card)
     data.card = card
-    out = str(args.get("out", ""))
     try:
         if out.endswith((".hdf5", ".h5")):
             where = save_hdf5(data, out)
