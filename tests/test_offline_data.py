@@ -251,3 +251,18 @@ def test_dataset_collect_and_info_commands(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "checkpoint=PATH" in bad.stderr
     bad = _robotrl("dataset", "collect", "kind=replay")
     assert bad.returncode == 2 and "unknown kind 'replay'" in bad.stderr
+
+
+def test_medium_replay_records_what_the_training_run_saw(tmp_path: Path, make_config) -> None:  # noqa: ANN001
+    from robotrl.cli.dataset import _training_replay
+    from robotrl.cli.train import run_training
+
+    run_training(make_config(tmp_path / "run", "ppo"))  # 6 iterations x 4 worlds x 8 steps
+    ckpt = tmp_path / "run" / "checkpoints" / "last.pt"
+    data = _training_replay(str(ckpt), DatasetCard(task="InvertedPendulum-v5"), progress=False)
+    assert len(data) == 6 * 4 * 8  # the checkpoint's global_step
+    assert bool((data.actions.abs() <= 3).all())  # as applied: clipped to the bounds
+    ends = data.episode_ends() - 1
+    assert bool((data.terminations[ends] | data.truncations[ends]).all())
+    assert data.num_episodes > 4  # early PPO on InvertedPendulum falls many times
+    assert "training replay" in data.card.policy

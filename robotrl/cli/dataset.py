@@ -4,6 +4,8 @@
     robotrl dataset collect kind=expert checkpoint=runs/hopper/checkpoints/best.pt steps=1000000
     robotrl dataset collect kind=medium checkpoint=runs/hopper_short/checkpoints/last.pt \\
         expert=runs/hopper/checkpoints/best.pt
+    robotrl dataset collect kind=medium-replay checkpoint=runs/hopper_short/checkpoints/last.pt \\
+        expert=runs/hopper/checkpoints/best.pt        # what that run saw until its checkpoint
     robotrl dataset collect kind=medium-expert checkpoint=MEDIUM.pt expert=EXPERT.pt
     robotrl dataset info robotrl/hopper/expert-v0
 
@@ -23,9 +25,8 @@ import torch
 
 from robotrl.cli.args import parse_kv
 
-KINDS: tuple[str, ...] = ("random", "medium", "expert", "medium-expert")
-"""Dataset kinds ``collect`` records (``medium-replay`` needs a recorded training run and is
-not built yet)."""
+KINDS: tuple[str, ...] = ("random", "medium", "expert", "medium-replay", "medium-expert")
+"""Dataset kinds ``collect`` records."""
 
 COLLECT_KEYS: dict[str, type] = {
     "task": str, "kind": str, "checkpoint": str, "expert": str, "steps": int, "num_envs": int,
@@ -46,6 +47,35 @@ def _checkpoint_policy(path: str, num_envs: int, seed: int) -> tuple[Any, Any, s
     env = build_env(cfg, num_envs, seed, train=False)
     alg = build_algo(cfg, env.spec, ckpt["algo"])
     return env, alg.act_deterministic, cfg.env.task
+
+
+def _training_replay(path: str, card: Any, progress: bool) -> Any:
+    """Everything the training run that wrote checkpoint ``path`` saw until that checkpoint
+    (D4RL's medium-replay): the run is repeated from its config and seed, to the checkpoint's
+    step, with its worlds recorded (exploration actions as applied, every world's episodes)."""
+    import os
+    import tempfile
+
+    from robotrl.cli.build import build_runner, load_run
+    from robotrl.data.collect import RecordTransitions
+    from robotrl.seeding import seed_everything
+
+    cfg, ckpt = load_run(path)
+    cfg.total_steps, cfg.resume, cfg.eval_interval = int(ckpt["global_step"]), "", 0
+    cfg.checkpoint_interval = 2**62
+    cfg.logger.tensorboard, cfg.logger.progress = False, progress
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg.run_dir = tmp
+        torch.set_num_threads(cfg.torch_threads or os.cpu_count() or 1)
+        seed_everything(cfg.seed)  # as run_training: the same run, step for step
+        runner = build_runner(cfg)
+        runner.evaluator = None
+        stats = runner.collector.env  # episode statistics around the worlds
+        recorder = RecordTransitions(stats.env, runner.collector.obs)
+        stats.env = recorder
+        runner.train()
+    card.policy = f"training replay of {path} ({cfg.total_steps:,} steps)"
+    return recorder.dataset(card)
 
 
 def _mean_return(env: Any, policy: Any, seed: int) -> float:
@@ -115,8 +145,11 @@ def collect_main(argv: list[str]) -> None:
                        ref_min_score=ref_min, ref_max_score=ref_max)
     parts = []
     sources = {"random": [("", steps)], "medium": [(checkpoint, steps)],
-               "expert": [(checkpoint, steps)],
+               "expert": [(checkpoint, steps)], "medium-replay": [],
                "medium-expert": [(checkpoint, steps // 2), (expert, steps - steps // 2)]}[kind]
+    if kind == "medium-replay":
+        parts.append(_training_replay(checkpoint, DatasetCard(task=card.task), progress))
+        noise = 0.0  # the run's own exploration
     for i, (path, n) in enumerate(sources):
         part_seed = seed + i  # a second source must not replay the first one's noise
         if path:

@@ -4,7 +4,8 @@
 
 Every world runs its own episodes; rows are grouped per world and episode, so each episode is
 contiguous. The episode a world is in when the budget ends is kept and marked truncated (its
-last next observation is real, so it bootstraps correctly).
+last next observation is real, so it bootstraps correctly). ``RecordTransitions`` does the
+recording, here and around a training run's worlds (``medium-replay``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 import torch
 
 from robotrl.data.dataset import Dataset, DatasetCard
-from robotrl.envs.base import BatchedEnv, Obs
+from robotrl.envs.base import BatchedEnv, Obs, StepOut
+from robotrl.envs.wrappers import Wrapper
 from robotrl.logging import ProgressBar
 from robotrl.types import policy_obs
 
@@ -33,6 +35,76 @@ def uniform_policy(env: BatchedEnv, generator: torch.Generator) -> PolicyFn:
         return low + (high - low) * torch.rand(n, low.numel(), generator=generator)
 
     return policy
+
+
+class RecordTransitions(Wrapper):
+    """Records every transition stepped through it (the ``policy`` group, the action as the
+    simulator applies it, clipped to the bounds), for ``dataset``; used by ``collect`` and to
+    record what a training run sees (``medium-replay``).
+
+    Args:
+        env: the worlds to record.
+        obs: the observation the worlds are at, when they were reset before wrapping.
+    """
+
+    def __init__(self, env: BatchedEnv, obs: Obs | None = None) -> None:
+        super().__init__(env)
+        self._obs = None if obs is None else policy_obs(obs).cpu().float().clone()
+        self._rows: dict[str, list[torch.Tensor]] = {k: [] for k in (
+            "obs", "action", "reward", "next_obs", "terminated", "truncated")}
+
+    def reset(self, seed: int | None = None) -> Obs:
+        obs = self.env.reset(seed)
+        self._obs = policy_obs(obs).cpu().float().clone()
+        return obs
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        if self._obs is None:
+            raise RuntimeError("RecordTransitions: step() before reset() (or pass obs=)")
+        out = self.env.step(action)
+        spec = self.env.spec
+        rows = self._rows
+        rows["obs"].append(self._obs)
+        rows["action"].append(torch.maximum(torch.minimum(action.detach().cpu().float(),
+                                                          spec.action_high), spec.action_low))
+        rows["reward"].append(out.reward.cpu().float())
+        rows["next_obs"].append(policy_obs(out.info["final_obs"]).cpu().float().clone())
+        rows["terminated"].append(out.terminated.cpu())
+        rows["truncated"].append(out.truncated.cpu())
+        self._obs = policy_obs(out.obs).cpu().float().clone()
+        return out
+
+    @property
+    def steps(self) -> int:
+        """Transitions recorded (summed over worlds)."""
+        return len(self._rows["reward"]) * self.num_envs
+
+    def dataset(self, card: DatasetCard) -> Dataset:
+        """The recorded transitions, world by world so each episode is contiguous; the episode
+        each world is in at the end is kept, marked truncated (its next observation is real).
+        Completes ``card.policy_return`` (mean return of the episodes that ended by
+        themselves, all episodes if none did)."""
+        n, t = self.num_envs, len(self._rows["reward"])
+        if t == 0:
+            raise ValueError("no transitions recorded")
+
+        def rows(key: str) -> torch.Tensor:
+            x = torch.stack(self._rows[key], 1)  # [N, T, ...]
+            return x.reshape(n * t, *x.shape[2:])
+
+        term, trunc = rows("terminated").clone(), rows("truncated").clone()
+        cut = torch.zeros(n, t, dtype=torch.bool)
+        cut[:, -1] = True
+        cut = cut.flatten() & ~term & ~trunc  # the budget, not the episode, ended these
+        trunc |= cut
+        ends = (term | trunc).numpy()
+        starts = np.flatnonzero(np.concatenate([[True], ends[:-1]]))
+        data = Dataset(rows("obs"), rows("action"), rows("reward"), rows("next_obs"), term,
+                       trunc, torch.from_numpy(starts), card, where="recording")
+        finished = ~cut[data.episode_ends() - 1]
+        returns = data.episode_returns()
+        card.policy_return = float((returns[finished] if finished.any() else returns).mean())
+        return data
 
 
 def collect(env: BatchedEnv, policy: PolicyFn, steps: int, card: DatasetCard, seed: int,
@@ -53,8 +125,8 @@ def collect(env: BatchedEnv, policy: PolicyFn, steps: int, card: DatasetCard, se
     low, high = env.spec.action_low, env.spec.action_high
     half = (high - low) / 2
     generator = torch.Generator().manual_seed(seed)
-    obs_l, act_l, rew_l, nxt_l, term_l, trunc_l = [], [], [], [], [], []
-    obs = env.reset(seed=seed)
+    recorder = RecordTransitions(env)
+    obs = recorder.reset(seed=seed)
     start = time.perf_counter()
     with torch.inference_mode(), ProgressBar(per_world * n, progress, label="collect") as bar:
         for t in range(per_world):
@@ -62,33 +134,10 @@ def collect(env: BatchedEnv, policy: PolicyFn, steps: int, card: DatasetCard, se
             if action_noise > 0:
                 noise = torch.randn(action.shape, generator=generator) * action_noise * half
                 action = torch.maximum(torch.minimum(action + noise, high), low)
-            out = env.step(action)
-            obs_l.append(policy_obs(obs).cpu().float().clone())
-            act_l.append(action)
-            rew_l.append(out.reward.cpu().float())
-            nxt_l.append(policy_obs(out.info["final_obs"]).cpu().float().clone())
-            term_l.append(out.terminated.cpu())
-            trunc_l.append(out.truncated.cpu())
-            obs = out.obs
+            obs = recorder.step(action).obs
             if t % 50 == 0 or t == per_world - 1:
                 done = (t + 1) * n
                 bar.update(done, done / (time.perf_counter() - start), float("nan"))
-    # [T, N, ...] -> world-major rows, so each world's episodes are contiguous
-    def rows(parts: list[torch.Tensor]) -> torch.Tensor:
-        x = torch.stack(parts, 1)  # [N, T, ...]
-        return x.reshape(n * per_world, *x.shape[2:])
-
-    term, trunc = rows(term_l).clone(), rows(trunc_l).clone()
-    world_end = torch.zeros(n, per_world, dtype=torch.bool)
-    world_end[:, -1] = True
-    trunc |= world_end.flatten() & ~term  # the budget cut the running episodes
-    ends = (term | trunc).numpy()
-    starts = np.flatnonzero(np.concatenate([[True], ends[:-1]]))
-    data = Dataset(rows(obs_l), rows(act_l), rows(rew_l), rows(nxt_l), term, trunc,
-                   torch.from_numpy(starts), card, where="collection")
-    complete = data.episode_returns()[~world_end.flatten()[data.episode_ends() - 1]
-                                      | data.terminations[data.episode_ends() - 1]]
-    returns = complete if complete.numel() else data.episode_returns()
-    card.policy_return = float(returns.mean())
+    data = recorder.dataset(card)
     card.seed, card.action_noise = seed, float(action_noise)
     return data
