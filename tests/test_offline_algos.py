@@ -4,6 +4,7 @@ dataset through ``robotrl train``."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -232,4 +233,15 @@ def test_td3bc_recovers_the_expert(tmp_path: Path) -> None:
     result = run_training(cfg)
     assert result is not None
     assert result["normalized_score"] >= 90, result
-    assert (tmp_path / "run" / "checkpoints" / "best.pt").exists()
+    best = tmp_path / "run" / "checkpoints" / "best.pt"
+    assert best.exists()
+    # eval and export take the offline run as any other
+    from robotrl.cli.evaluate import eval_main
+    from robotrl.cli.export import export_main
+
+    eval_main([f"checkpoint={best}", "episodes=4", f"out={tmp_path / 'eval.json'}"])
+    again = json.loads((tmp_path / "eval.json").read_text())
+    assert again["return_mean"] >= 900, again
+    export_main([f"checkpoint={best}", "format=onnx", f"out={tmp_path / 'p.onnx'}",
+                 "num_obs=500"])  # parity with act_deterministic is checked inside
+    assert (tmp_path / "p.onnx").stat().st_size > 0
