@@ -224,6 +224,7 @@ def tiny_pendulum() -> Dataset:
                    progress=False)
 
 
+@pytest.mark.slow  # a learning run (~15 s alone, a minute on a loaded host)
 def test_td3bc_recovers_the_expert(tmp_path: Path) -> None:
     """The learning claim: TD3+BC from 20k noisy-expert transitions reaches >= 90% of the
     expert's return (normalized score >= 90) within 3000 updates (~15 s on 2 cores)."""

@@ -175,6 +175,7 @@ def _robotrl(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
                           text=True, env={**os.environ, **(env or {})}, timeout=300)
 
 
+@pytest.mark.slow  # five robotrl train processes (~35 s)
 def test_train_refuses_bad_datasets_with_exit_2(tmp_path: Path) -> None:
     wide = save_hdf5(tiny(obs_dim=5), tmp_path / "wide.hdf5")  # InvertedPendulum has 4
     run_dir = tmp_path / "run"
@@ -235,6 +236,7 @@ def test_a_dataset_minari_records_from_gymnasium_trains_here(minari_root: Path) 
     assert cfg.env.task == "hopper"
 
 
+@pytest.mark.slow  # four robotrl processes (~25 s)
 def test_dataset_collect_and_info_commands(tmp_path: Path) -> None:
     out = tmp_path / "ip_random.hdf5"
     run = _robotrl("dataset", "collect", "task=inverted_pendulum", "kind=random", "steps=300",
