@@ -13,6 +13,7 @@ commands:
           robotrl train algo=ppo env=hopper num_envs=64 seed=3
           robotrl train -m seed=0,1,2          (multirun)
           robotrl train resume=runs/.../checkpoints/last.pt
+          robotrl train algo=iql dataset=robotrl/hopper/expert-v0   (offline, from a dataset)
   eval    evaluate a checkpoint: robotrl eval checkpoint=PATH episodes=20 [out=FILE.json] [video=true]
   demo    step a batch of simulated worlds and print throughput: robotrl demo [task=ant num_envs=256]
   export  export a checkpoint's deterministic actor, verified on rollout observations:
