@@ -191,7 +191,8 @@ def offline_config(run_dir: Path, dataset: Path, name: str = "td3bc", **over: ob
         "checkpoint_interval": 2, "run_dir": str(run_dir), "seed": 0, **over})
 
 
-def test_offline_resume_equals_uninterrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["td3bc", "iql", "cql"])  # delayed actor; cosine lr; temperature
+def test_offline_resume_equals_uninterrupted(tmp_path: Path, name: str) -> None:
     data = save_hdf5(tiny_pendulum(), tmp_path / "d.hdf5")
 
     def runner(cfg: TrainConfig):  # noqa: ANN202
@@ -200,11 +201,21 @@ def test_offline_resume_equals_uninterrupted(tmp_path: Path) -> None:
         r.evaluator = None
         return r
 
-    full = runner(offline_config(tmp_path / "full", data))
+    full = runner(offline_config(tmp_path / "full", data, name))
     full.train()
-    part = runner(offline_config(tmp_path / "part", data, total_steps=300))
-    part.train()
-    resumed = runner(offline_config(tmp_path / "part", data))
+    part = runner(offline_config(tmp_path / "part", data, name))
+    iteration = part._iteration
+    calls = iter(range(10))
+
+    def interrupted() -> dict[str, float]:  # Ctrl-C before the 4th iteration: the same total
+        if next(calls) == 3:                # steps, so schedules (IQL's cosine) are the run's
+            raise KeyboardInterrupt
+        return iteration()
+
+    part._iteration = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        part.train()
+    resumed = runner(offline_config(tmp_path / "part", data, name))
     resumed.load(tmp_path / "part" / "checkpoints" / "last.pt")
     assert resumed.global_step == 300
     resumed.train()
