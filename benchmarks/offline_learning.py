@@ -122,8 +122,12 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         print("no figure: matplotlib is in the dev extra")
         return
     n = len(args.datasets)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.4), squeeze=False)
-    for ax, dataset in zip(axes[0], args.datasets, strict=True):
+    cols = min(3, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, dataset in zip(axes.flat, args.datasets, strict=False):
         for algo in args.algos:
             for i, r in enumerate(cells.get((dataset, algo), [])):
                 steps, values = r["curve"]
@@ -134,6 +138,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         ax.set_ylabel("normalized score")
         ax.axhline(100, color="grey", lw=0.6, ls=":")
     axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"robotrl train algo=X dataset=D, {args.updates:,} updates (one line per seed)")
     fig.tight_layout()
     with atomic_open(args.png, "wb") as f:
         fig.savefig(f, format="png", dpi=110)
