@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -97,15 +98,16 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
         final = {a: mean([r["final"] for r in cells.get((dataset, a), [])]) for a in args.algos}
         for algo in args.algos:
             rs = cells.get((dataset, algo), [])
-            row.append(f"{final[algo]:.1f} / {mean([r['best'] for r in rs]):.1f}" if rs else "-")
+            row.append(f"{final[algo]:.1f} / {mean([r['best'] for r in rs]):.1f}" if rs
+                       else "not run")
         kind = kind_of(dataset)
         if kind in ("medium", "medium-replay") and "bc" in final:
             for algo in BEAT_BC:
-                if algo in final:
+                if algo in final and not math.isnan(final[algo]):
                     ok = final[algo] >= final["bc"] + MARGIN
                     notes.append(f"{algo} {'✅' if ok else '❌'} {final[algo] - final['bc']:+.1f} vs BC")
         if kind == "expert":
-            for algo in args.algos:
+            for algo in [a for a in args.algos if not math.isnan(final[a])]:
                 ok = final[algo] >= EXPERT_TARGET
                 notes.append(f"{algo} {'✅' if ok else '❌'}")
         lines.append(f"| {dataset} | " + " | ".join(row) + f" | {'; '.join(notes)} |")
