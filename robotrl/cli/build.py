@@ -70,20 +70,22 @@ def build_runner(cfg: TrainConfig) -> Runner:
     names, checked against the task's observation and action sizes, instead of training worlds.
     """
     runner_cls = runner_class(algorithm(algo_name(cfg.algo)).runner)
+    eval_envs: list[BatchedEnv] = []
 
     def make_eval_env() -> BatchedEnv:
-        return build_env(cfg, cfg.eval_episodes, derive_seed(cfg.seed, "eval-env"), train=False)
+        """The evaluation worlds, made on first use (the offline runner needs their spec)."""
+        if not eval_envs:
+            eval_envs.append(build_env(cfg, cfg.eval_episodes, derive_seed(cfg.seed, "eval-env"),
+                                       train=False))
+        return eval_envs[0]
 
     if runner_cls.learns_from == "dataset":
         from robotrl.data import load_dataset
 
-        eval_env = make_eval_env()
+        spec = make_eval_env().spec
         source: Any = load_dataset(cfg.dataset, cfg.device)
-        source.check_spec(eval_env.spec.obs_dim, eval_env.spec.action_dim, cfg.env.task)
-        alg = build_algo(cfg, eval_env.spec)
-
-        def make_eval_env() -> BatchedEnv:  # noqa: F811 - built once above for its spec
-            return eval_env
+        source.check_spec(spec.obs_dim, spec.action_dim, cfg.env.task)
+        alg = build_algo(cfg, spec)
     else:
         source = build_env(cfg, cfg.num_envs, cfg.seed)
         alg = build_algo(cfg, source.spec)
