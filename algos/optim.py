@@ -14,7 +14,8 @@ call, from ``nonfinite_message``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -99,3 +100,37 @@ class GradientStep:
             self.check(loss, grad_norm, where)
         self.apply()
         return grad_norm
+
+
+def adam(params: Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel (one kernel for the whole step; CPU support since torch 2.4),
+    foreach where fused is not available."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+
+
+def summarize_updates(rows: torch.Tensor, keys: Sequence[str], algo: str, loss: str,
+                      first: int, last: int) -> dict[str, float]:
+    """The metrics of one ``update`` call's gradient updates, read with one host sync.
+
+    Args:
+        rows: [U, K] one row of ``keys`` per update, NaN where an update skipped a metric
+            (delayed actor updates); columns 0 and 1 (the main loss and its gradient norm) are
+            on every row and are checked.
+        algo, loss, first, last: for the error (updates ``first``..``last``).
+    Returns each key's mean over the rows that have it (keys no row has are left out).
+
+    Raises:
+        NonFiniteError: a checked column is NaN/Inf (the steps were applied: learners that do
+            not sync per step check here, once per call).
+    """
+    finite = torch.isfinite(rows[:, :2]).all()
+    means = rows.nanmean(0)
+    *values, ok = torch.cat([means, finite[None].to(means)]).tolist()
+    if not ok:
+        raise NonFiniteError(nonfinite_message(algo, loss, f"updates {first}..{last}",
+                                               skipped=False))
+    return {k: v for k, v in zip(keys, values, strict=True) if not math.isnan(v)}

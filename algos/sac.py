@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from robotrl.algos.optim import GradientStep, NonFiniteError, nonfinite_message
+from robotrl.algos.optim import GradientStep, adam, summarize_updates
 from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.mlp import ACTIVATIONS
@@ -237,7 +237,6 @@ class SAC:
         self.target_entropy = (
             -float(act_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
         )
-        adam = _adam
         self.actor_opt = adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_opt = adam(self.critic.parameters(), cfg.critic_lr)
         self.alpha_opt = adam([self.log_alpha], cfg.alpha_lr)
@@ -394,16 +393,10 @@ class SAC:
             return {}
         self.owed_updates -= count
         rows = torch.stack([self._update_once() for _ in range(count)])
-        finite = torch.isfinite(rows[:, :2]).all()  # critic loss and gradient norm
-        means = rows.nanmean(0)  # actor rows are NaN on delayed updates
-        *values, ok = torch.cat([means, finite[None].to(means)]).tolist()
-        if not ok:
-            raise NonFiniteError(nonfinite_message(
-                "SAC", "critic", f"updates {self.num_updates - count + 1}..{self.num_updates}",
-                skipped=False))
-        metrics = dict(zip(METRIC_KEYS, values, strict=True))
+        metrics = summarize_updates(rows, METRIC_KEYS, "SAC", "critic",
+                                    self.num_updates - count + 1, self.num_updates)
         metrics["train/updates"] = float(self.num_updates)
-        return {k: v for k, v in metrics.items() if not math.isnan(v)}
+        return metrics
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -440,11 +433,3 @@ class SAC:
             self.buffer.load_state_dict(state["replay"])
         self._pending = None
 
-
-def _adam(params: Any, lr: float) -> torch.optim.Adam:
-    params = list(params)
-    # fused: one kernel for the whole step (CPU support since torch 2.4); foreach otherwise
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=lr, foreach=True)

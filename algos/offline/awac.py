@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
-from robotrl.algos.offline.base import GaussianActor, OfflineConfig, OfflineLearner, adam, polyak
+from robotrl.algos.offline.base import GaussianActor, OfflineConfig, OfflineLearner, polyak
 from robotrl.algos.offline.losses import advantage_weighted_loss, ensemble_mse, td_target
+from robotrl.algos.optim import adam
 from robotrl.nn.ensemble import EnsembleQ
 
 

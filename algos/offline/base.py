@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from robotrl.algos.optim import GradientStep, NonFiniteError, nonfinite_message
+from robotrl.algos.optim import GradientStep, summarize_updates
 from robotrl.data.dataset import Dataset
 from robotrl.nn.actor import DeterministicActor
 from robotrl.nn.mlp import ACTIVATIONS, mlp
@@ -73,15 +73,6 @@ class OfflineConfig:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
 
 
-def adam(params: Any, lr: float) -> torch.optim.Adam:
-    """Adam with the fused kernel where available (one kernel per step), foreach otherwise."""
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=lr, foreach=True)
-
-
 def polyak(target: nn.Module, source: nn.Module, tau: float) -> None:
     """target <- (1 - tau) target + tau source, in one foreach kernel."""
     with torch.no_grad():
@@ -92,16 +83,9 @@ class TanhActor(nn.Module):
     """Deterministic policy a = tanh(net(obs)) in [-1, 1]^A (TD3+BC, ReBRAC, BC)."""
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
-                 activation: str = "relu", layer_norm: bool = False) -> None:
+                 activation: str = "relu") -> None:
         super().__init__()
         self.net = mlp(obs_dim, hidden, act_dim, activation, ortho_init=False)
-        if layer_norm:  # after every hidden activation, as ReBRAC's networks
-            layers: list[nn.Module] = []
-            for i, layer in enumerate(self.net):
-                layers.append(layer)
-                if i % 2 == 1:  # mlp() alternates linear, activation, ..., linear
-                    layers.append(nn.LayerNorm(self.net[i - 1].out_features))
-            self.net = nn.Sequential(*layers)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [B, O] -> action [B, A]."""
@@ -286,15 +270,9 @@ class OfflineLearner:
             metrics = self._update_once(self.sample())
             self.num_updates += 1
             rows.append(torch.stack([metrics.get(k, nan).float() for k in self.METRIC_KEYS]))
-        table = torch.stack(rows)
-        finite = torch.isfinite(table[:, :2]).all()
-        *values, ok = torch.cat([table.nanmean(0), finite[None].float()]).tolist()
-        if not ok:
-            first = self.num_updates - self.cfg.num_steps + 1
-            raise NonFiniteError(nonfinite_message(
-                self.NAME, self.METRIC_KEYS[0].split("/")[-1],
-                f"updates {first}..{self.num_updates}", skipped=False))
-        out = {k: v for k, v in zip(self.METRIC_KEYS, values, strict=True) if not math.isnan(v)}
+        out = summarize_updates(torch.stack(rows), self.METRIC_KEYS, self.NAME,
+                                self.METRIC_KEYS[0].split("/")[-1],
+                                self.num_updates - self.cfg.num_steps + 1, self.num_updates)
         out["train/updates"] = float(self.num_updates)
         return out
 

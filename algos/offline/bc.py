@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
-from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, TanhActor, adam
+from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, TanhActor
 from robotrl.algos.offline.losses import bc_loss
+from robotrl.algos.optim import adam
 
 
 @dataclasses.dataclass

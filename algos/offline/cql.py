@@ -16,8 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, adam, polyak
+from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, polyak
 from robotrl.algos.offline.losses import cql_penalty, ensemble_mse, td_target
+from robotrl.algos.optim import adam
 from robotrl.algos.sac import actor_loss, temperature_loss
 from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.ensemble import EnsembleQ

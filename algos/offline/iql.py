@@ -14,13 +14,14 @@ from typing import Any
 
 import torch
 
-from robotrl.algos.offline.base import GaussianActor, OfflineConfig, OfflineLearner, adam, polyak
+from robotrl.algos.offline.base import GaussianActor, OfflineConfig, OfflineLearner, polyak
 from robotrl.algos.offline.losses import (
     advantage_weighted_loss,
     ensemble_mse,
     expectile_loss,
     td_target,
 )
+from robotrl.algos.optim import adam
 from robotrl.data.dataset import Dataset
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.mlp import mlp

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from robotrl.algos.offline.awac import AWAC, AWACConfig
-from robotrl.algos.offline.base import adam
 from robotrl.algos.offline.td3bc import TD3BC, TD3BCConfig
+from robotrl.algos.optim import adam
 
 EVAL_KEYS = ("loss/eval_actor", "train/grad_norm/eval_actor")
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, TanhActor, adam, polyak
+from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, TanhActor, polyak
 from robotrl.algos.offline.losses import ensemble_mse, td3bc_actor_loss, td_target
+from robotrl.algos.optim import adam
 from robotrl.nn.ensemble import EnsembleQ
 
 
@@ -51,15 +52,13 @@ class TD3BC(OfflineLearner):
     METRIC_KEYS = ("loss/critic", "train/grad_norm/critic", "train/q", "loss/actor",
                    "train/grad_norm/actor", "train/bc_mse", "train/lambda")
     CRITIC_LAYER_NORM = False
-    ACTOR_LAYER_NORM = False
 
     def __init__(self, obs_dim: int, action_low: torch.Tensor, action_high: torch.Tensor,
                  cfg: TD3BCConfig, device: str | torch.device = "cpu",
                  seed: int | None = None) -> None:
         super().__init__(obs_dim, action_low, action_high, cfg, device, seed)
         dev, a = self.device, self.act_dim
-        self.actor = TanhActor(obs_dim, a, cfg.hidden, cfg.activation,
-                               self.ACTOR_LAYER_NORM).to(dev)
+        self.actor = TanhActor(obs_dim, a, cfg.hidden, cfg.activation).to(dev)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
         self.critic = EnsembleQ(obs_dim, a, cfg.hidden, cfg.num_critics, cfg.activation,
                                 self.CRITIC_LAYER_NORM).to(dev)
