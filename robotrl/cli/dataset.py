@@ -39,14 +39,15 @@ def _fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def _checkpoint_policy(path: str, num_envs: int, seed: int) -> tuple[Any, Any, str]:
-    """(env, deterministic policy, task) of a trained run's checkpoint, on nominal physics."""
-    from robotrl.cli.build import build_algo, build_env, load_run
+def _checkpoint_policy(run: tuple[Any, dict[str, Any]], num_envs: int,
+                       seed: int) -> tuple[Any, Any]:
+    """(env, deterministic policy) of a trained run (``load_run``'s config and checkpoint), on
+    nominal physics."""
+    from robotrl.cli.build import build_algo, build_env
 
-    cfg, ckpt = load_run(path)
+    cfg, ckpt = run
     env = build_env(cfg, num_envs, seed, train=False)
-    alg = build_algo(cfg, env.spec, ckpt["algo"])
-    return env, alg.act_deterministic, cfg.env.task
+    return env, build_algo(cfg, env.spec, ckpt["algo"]).act_deterministic
 
 
 def _training_replay(path: str, card: Any, progress: bool) -> Any:
@@ -110,14 +111,13 @@ def collect_main(argv: list[str]) -> None:
     if kind == "medium-expert" and not expert:
         _fail("kind=medium-expert joins checkpoint= (medium) and expert= (expert) data")
     task = str(args.get("task", ""))
-    for path in (checkpoint, expert):
-        if path:
-            from robotrl.cli.build import load_run
+    from robotrl.cli.build import load_run
 
-            ckpt_task = load_run(path)[0].env.task
-            if task and task != ckpt_task:
-                _fail(f"task={task} but {path} was trained on {ckpt_task}")
-            task = ckpt_task
+    runs = {path: load_run(path) for path in (checkpoint, expert) if path}  # read once
+    for path, (cfg, _) in runs.items():
+        if task and task != cfg.env.task:
+            _fail(f"task={task} but {path} was trained on {cfg.env.task}")
+        task = cfg.env.task
     if task not in list_tasks():
         _fail(f"unknown task {task!r}; available tasks: {list_tasks()}")
     noise = float(args.get("noise", 0.0 if kind == "random" else 0.1))
@@ -136,7 +136,7 @@ def collect_main(argv: list[str]) -> None:
                            ref_seed)
     ref_max = None
     if expert:
-        env, policy, _ = _checkpoint_policy(expert, episodes, derive_seed(seed, "eval-env"))
+        env, policy = _checkpoint_policy(runs[expert], episodes, derive_seed(seed, "eval-env"))
         ref_max = _mean_return(env, policy, ref_seed)
     console.print(f"reference returns: random {ref_min:.1f}, expert "
                   f"{'n/a (no expert=)' if ref_max is None else f'{ref_max:.1f}'}")
@@ -153,7 +153,7 @@ def collect_main(argv: list[str]) -> None:
     for i, (path, n) in enumerate(sources):
         part_seed = seed + i  # a second source must not replay the first one's noise
         if path:
-            env, policy, _ = _checkpoint_policy(path, num_envs, part_seed)
+            env, policy = _checkpoint_policy(runs[path], num_envs, part_seed)
         else:
             env = make(task, num_envs, seed=part_seed)
             policy = uniform_policy(env, torch.Generator().manual_seed(part_seed))

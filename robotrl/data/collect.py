@@ -11,7 +11,6 @@ recording, here and around a training run's worlds (``medium-replay``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -20,10 +19,8 @@ from robotrl.data.dataset import Dataset, DatasetCard
 from robotrl.envs.base import BatchedEnv, Obs, StepOut
 from robotrl.envs.wrappers import Wrapper
 from robotrl.logging import ProgressBar
+from robotrl.runners.evaluation import PolicyFn
 from robotrl.types import policy_obs
-
-PolicyFn = Callable[[Obs], torch.Tensor]
-"""Observation (every group, [N, ...]) -> action [N, A] in the env's bounds."""
 
 
 def uniform_policy(env: BatchedEnv, generator: torch.Generator) -> PolicyFn:

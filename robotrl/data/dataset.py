@@ -92,7 +92,7 @@ class Dataset:
         ``episode_starts`` [E]; ``where`` names the source in errors."""
         arrays = dict(zip(FIELDS, (observations, actions, rewards, next_observations,
                                    terminations, truncations), strict=True))
-        check_arrays({k: v for k, v in arrays.items()}, where)
+        check_arrays(arrays, where)
         t = observations.shape[0]
         starts = torch.as_tensor(episode_starts, dtype=torch.long).flatten()
         if t and (starts.numel() == 0 or starts[0] != 0 or bool((starts.diff() <= 0).any())
