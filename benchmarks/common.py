@@ -426,3 +426,28 @@ def ours_wallclock(task: str, minutes: float, name: str, extra: list[str],
             "train_seconds": seconds, "eval_seconds": evals.eval_s, "steps": runner.global_step,
             "final": evals.curve[-1], "curve": evals.curve, "stopped_at_total_steps": early,
             "config": to_dict(cfg)}
+
+
+def train_subprocess(overrides: list[str], run: Path, label: str) -> tuple[float, str | None]:
+    """``robotrl train <overrides> run_dir=<run>`` in a subprocess, logged to ``run/train.log``,
+    resumed from ``run/checkpoints/last.pt`` when an earlier attempt left one (an interrupted
+    benchmark continues). Returns (wall seconds, None), or (wall seconds, the log's tail) after
+    printing it with ``label`` when the run failed."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "robotrl.cli.main", "train", *overrides, f"run_dir={run}"]
+    resume = run / "checkpoints" / "last.pt"
+    if resume.exists():
+        cmd.append(f"resume={resume}")
+    run.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(run / "train.log", "w") as log:
+        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
+                              env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+    wall = time.perf_counter() - start
+    if proc.returncode == 0:
+        return wall, None
+    tail = (run / "train.log").read_text()[-800:]
+    print(f"FAILED {label} (exit {proc.returncode}):\n{tail}", flush=True)
+    return wall, tail

@@ -19,15 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from common import train_subprocess
 from plot_curves import read_run
 
 from robotrl.checkpoint import atomic_open
@@ -50,23 +47,13 @@ def run_one(algo: str, dataset: str, seed: int, args: argparse.Namespace) -> dic
     done = run / "result.json"
     if done.exists():
         return json.loads(done.read_text())
-    cmd = [sys.executable, "-m", "robotrl.cli.main", "train", f"algo={algo}",
-           f"dataset={dataset}", f"seed={seed}", f"run_dir={run}", f"total_steps={args.updates}",
-           f"eval_interval={args.eval_interval}", f"eval_episodes={args.episodes}",
-           f"torch_threads={args.threads}", "logger.progress=false", *args.extra]
-    resume = run / "checkpoints" / "last.pt"
-    if resume.exists():
-        cmd.append(f"resume={resume}")
-    run.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(run / "train.log", "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        tail = (run / "train.log").read_text()[-800:]
-        print(f"FAILED {algo} {dataset} s{seed} (exit {proc.returncode}):\n{tail}", flush=True)
-        return {"algo": algo, "dataset": dataset, "seed": seed, "failed": tail}
+    wall, failed = train_subprocess(
+        [f"algo={algo}", f"dataset={dataset}", f"seed={seed}", f"total_steps={args.updates}",
+         f"eval_interval={args.eval_interval}", f"eval_episodes={args.episodes}",
+         f"torch_threads={args.threads}", "logger.progress=false", *args.extra],
+        run, f"{algo} {dataset} s{seed}")
+    if failed is not None:
+        return {"algo": algo, "dataset": dataset, "seed": seed, "failed": failed}
     ev = read_run(run, ("eval/normalized_score",))["eval/normalized_score"]
     result = {"algo": algo, "dataset": dataset, "seed": seed, "final": ev.values[-1],
               "best": max(ev.values), "updates": ev.steps[-1], "wall_s": wall,

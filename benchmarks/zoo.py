@@ -25,15 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from common import train_subprocess
 from plot_curves import read_run
 
 from robotrl.checkpoint import atomic_open
@@ -85,24 +82,14 @@ def run_cell(algo: str, task: str, seed: int, args: argparse.Namespace) -> dict[
     done = run / "result.json"
     if done.exists():
         return json.loads(done.read_text())
-    cmd = [sys.executable, "-m", "robotrl.cli.main", "train", f"algo={algo}", f"env={task}",
-           f"seed={seed}", f"run_dir={run}", f"max_minutes={args.minutes}",
-           "logger.progress=false"]
+    overrides = [f"algo={algo}", f"env={task}", f"seed={seed}", f"max_minutes={args.minutes}",
+                 "logger.progress=false"]
     if args.threads:
-        cmd += [f"backend.num_threads={args.threads}", f"torch_threads={args.threads}"]
-    resume = run / "checkpoints" / "last.pt"
-    if resume.exists():  # an interrupted cell continues (its budget starts over)
-        cmd.append(f"resume={resume}")
-    run.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with open(run / "train.log", "w") as log:
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT,
-                              env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        tail = (run / "train.log").read_text()[-800:]
-        print(f"FAILED {algo} {task} s{seed} (exit {proc.returncode}):\n{tail}", flush=True)
-        return {"algo": algo, "task": task, "seed": seed, "failed": tail}
+        overrides += [f"backend.num_threads={args.threads}", f"torch_threads={args.threads}"]
+    # an interrupted cell continues from its last.pt (its budget starts over)
+    wall, failed = train_subprocess(overrides, run, f"{algo} {task} s{seed}")
+    if failed is not None:
+        return {"algo": algo, "task": task, "seed": seed, "failed": failed}
     curves = read_run(run, ("eval/return", "rollout/return"))
     ev = curves["eval/return"]
     result = {"algo": algo, "task": task, "seed": seed, "final": ev.values[-1],
