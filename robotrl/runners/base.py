@@ -220,6 +220,12 @@ class Runner:
         """Where the best evaluation so far is kept (SB3's EvalCallback ``best_model``)."""
         self.best_eval: float | None = None
         """Mean return of the best evaluation so far (saved in checkpoints, so resume keeps it)."""
+        self.evaluations: list[dict[str, float]] = []
+        """Every evaluation of the run (``step`` and the evaluator's result), in order; saved in
+        checkpoints, so a resumed run's curve is whole (benchmarks read it, not TensorBoard)."""
+        self.train_seconds = 0.0
+        """Wall-clock seconds spent in ``train`` over every process of the run (resumes add up)."""
+        self._clock: tuple[float, float] | None = None
         self.iteration = 0
         self.global_step = 0
         self.history: deque[dict[str, float]] = deque(maxlen=settings.history_size)
@@ -240,6 +246,9 @@ class Runner:
     # ------------------------------------------------------------------ checkpoints
     def save(self, path: Path | None = None) -> Path:
         """Write the whole run state atomically (model, optimizer, normalizers, env, RNG)."""
+        if self._clock is not None:  # inside train(): bring train_seconds up to now
+            base, t0 = self._clock
+            self.train_seconds = base + time.perf_counter() - t0
         return self.checkpointer.save({
             "config": self.config,
             "algo": self.alg.state_dict(),
@@ -250,6 +259,8 @@ class Runner:
             "rng": rng_state(),
             "seeds": seed_streams(self.settings.seed),
             "best_eval": self.best_eval,
+            "evaluations": self.evaluations,
+            "train_seconds": self.train_seconds,
         }, path)
 
     def load(self, path: str | Path) -> None:
@@ -264,6 +275,8 @@ class Runner:
         self.iteration = int(ckpt["iteration"])
         self.global_step = int(ckpt["global_step"])
         self.best_eval = ckpt.get("best_eval")
+        self.evaluations = list(ckpt.get("evaluations", []))  # absent before issue 13
+        self.train_seconds = float(ckpt.get("train_seconds", 0.0))
         set_rng_state(ckpt["rng"])
 
     def _evaluate(self, logger: Logger) -> None:
@@ -271,6 +284,7 @@ class Runner:
         assert self.evaluator is not None
         metrics = self.evaluator(self.alg)
         logger.log(metrics, self.global_step)
+        self.evaluations.append({"step": self.global_step, **self.evaluator.last})
         value = metrics["eval/return"]
         if not math.isnan(value) and (self.best_eval is None or value > self.best_eval):
             self.best_eval = value
@@ -313,6 +327,7 @@ class Runner:
         s = self.settings
         logger = Logger(s.run_dir, s.tensorboard, purge_step=self.global_step or None)
         start = time.perf_counter()
+        self._clock = (self.train_seconds, start)
         total_iters = math.ceil(s.total_steps / self.steps_per_iteration())
         out_of_time = False
         try:
@@ -352,5 +367,6 @@ class Runner:
         if self.evaluator is not None:
             self._evaluate(logger)
         self.save()
+        self._clock = None
         logger.close()
         return self.last_eval
