@@ -1,5 +1,5 @@
 """``robotrl`` console command: ``train`` (Hydra), ``eval``, ``demo``, ``export``, ``deploy``,
-``gap``, ``dataset``."""
+``gap``, ``dataset``, ``offline-bench``, ``ope``."""
 
 from __future__ import annotations
 
@@ -26,6 +26,13 @@ commands:
           robotrl dataset collect kind=random|medium|expert|medium-expert [task=NAME]
                  [checkpoint=PATH] [expert=PATH] [steps=1000000] [noise=0.1] [out=DIR|FILE.hdf5]
           robotrl dataset info robotrl/hopper/expert-v0
+  offline-bench  train, score and off-policy-evaluate algorithms x datasets x seeds through a
+          Hydra launcher, reusing finished runs; a markdown report, figures, raw JSON:
+          robotrl offline-bench algos=[bc,td3bc,iql] datasets=[robotrl/hopper/medium-v0] seeds=5
+                 [updates=1000000] [suite=locomotion] [launcher=basic|joblib|submitit_slurm]
+                 [jobs=2] [out=runs/offline-bench] [run=false: report only]
+  ope     estimate a checkpoint's value from a dataset alone (fitted Q evaluation):
+          robotrl ope checkpoint=PATH dataset=ID [updates=10000] [gamma=0.99] [simulate=true]
 """
 
 COMMANDS: dict[str, str] = {
@@ -36,6 +43,8 @@ COMMANDS: dict[str, str] = {
     "deploy": "robotrl.cli.deploy:deploy_main",
     "gap": "robotrl.cli.gap:gap_main",
     "dataset": "robotrl.cli.dataset:dataset_main",
+    "offline-bench": "robotrl.cli.offline_bench:offline_bench_main",
+    "ope": "robotrl.cli.ope:ope_main",
 }
 """Command -> "module:function(argv)", imported only when that command runs."""
 
