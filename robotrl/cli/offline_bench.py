@@ -280,9 +280,11 @@ def launch(settings: dict[str, Any], hydra_args: list[str]) -> None:
     if module and importlib.util.find_spec(module) is None:
         raise SystemExit(f"launcher={launcher} needs its Hydra plugin: pip install "
                          f"'robotrl[launchers]'")
-    overrides = [f"algorithm={','.join(settings['algos'])}",
+    # the sweep varies the last key fastest: every seed-0 run comes first, then seed 1, ... so
+    # a benchmark stopped early has whole seeds to report
+    overrides = [f"seed=range({settings['seeds']})",
+                 f"algorithm={','.join(settings['algos'])}",
                  f"dataset={','.join(_quote(d) for d in settings['datasets'])}",
-                 f"seed=range({settings['seeds']})",
                  *(f"{k}={_quote(str(v))}" for k, v in dataclasses.asdict(job).items()
                    if k not in ("algorithm", "dataset", "seed")),
                  f"hydra/launcher={launcher}"]
