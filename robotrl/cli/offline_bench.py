@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import sys
 import time
@@ -61,7 +62,7 @@ class BenchConfig:
     updates: int = 1_000_000
     """Gradient updates per run (CORL: 1M)."""
     eval_every: int = 5_000
-    """Updates between evaluations (a multiple of the algorithm's ``num_steps``, 1,000)."""
+    """Updates between evaluations (dividing ``updates``)."""
     episodes: int = 10
     """Simulator episodes per evaluation."""
     ope_updates: int = 10_000
@@ -123,11 +124,12 @@ def train_stage(job: BenchConfig, run: Path) -> dict[str, Any]:
     finished = (ckpt is not None and ckpt["global_step"] >= job.updates
                 and ckpt.get("evaluations") and ckpt["evaluations"][-1]["step"] == ckpt["global_step"])
     if not finished:
-        per_iter = algo_config_class(job.algorithm)().num_steps
-        if job.eval_every % per_iter or job.updates % job.eval_every:
-            raise ValueError(f"eval_every={job.eval_every} must be a multiple of {job.algorithm}'s "
-                             f"num_steps ({per_iter}) and divide updates={job.updates}")
-        overrides = [f"algo={job.algorithm}", f"dataset={job.dataset}", f"seed={job.seed}",
+        if job.updates % job.eval_every:
+            raise ValueError(f"eval_every={job.eval_every} must divide updates={job.updates}")
+        # an iteration is num_steps updates (1,000 by default, fewer when evaluations are closer)
+        per_iter = math.gcd(algo_config_class(job.algorithm)().num_steps, job.eval_every)
+        overrides = [f"algo={job.algorithm}", f"algo.num_steps={per_iter}",
+                     f"dataset={job.dataset}", f"seed={job.seed}",
                      f"total_steps={job.updates}", f"eval_interval={job.eval_every // per_iter}",
                      f"checkpoint_interval={job.eval_every // per_iter}",
                      f"eval_episodes={job.episodes}", f"torch_threads={job.threads}",
@@ -158,27 +160,10 @@ def ope_stage(job: BenchConfig, run: Path) -> dict[str, Any]:
     done = _read_json(run / "ope.json")
     if done is not None and done.get("updates") == job.ope_updates and done.get("gamma") == job.gamma:
         return done
-    import torch
+    from robotrl.cli.ope import off_policy_value
 
-    from robotrl.cli.build import build_algo, build_env, load_run
-    from robotrl.data import load_dataset
-    from robotrl.envs.base import obs_to
-    from robotrl.ope import FQEConfig, fitted_q_evaluation
-    from robotrl.runners.evaluation import evaluate
-    from robotrl.seeding import derive_seed
-
-    t0 = time.perf_counter()
-    cfg, ckpt = load_run(str(run / "checkpoints" / "last.pt"), job.device)
-    env = build_env(cfg, job.episodes, derive_seed(job.seed, "eval-env"), train=False)
-    alg = build_algo(cfg, env.spec, ckpt["algo"])
-    device = torch.device(job.device)
-    dataset = load_dataset(job.dataset, device)
-    est = fitted_q_evaluation(lambda s: alg.act_deterministic({"policy": s}), dataset,
-                              FQEConfig(updates=job.ope_updates, gamma=job.gamma, seed=job.seed))
-    sim = evaluate(lambda obs: alg.act_deterministic(obs_to(obs, device)).to(env.device), env,
-                   seed=derive_seed(job.seed, "eval-reset"), gamma=job.gamma)
-    result = {**est, "simulated": sim["discounted_return_mean"],
-              "simulated_std": sim["discounted_return_std"], "seconds": time.perf_counter() - t0}
+    result = off_policy_value(str(run / "checkpoints" / "last.pt"), job.dataset, job.ope_updates,
+                              job.gamma, episodes=job.episodes, device=job.device, seed=job.seed)
     _write_json(run / "ope.json", result)
     return result
 
@@ -337,9 +322,13 @@ def offline_bench_main(argv: list[str]) -> None:
 
         for d in settings["datasets"]:  # fail before launching anything
             try:
-                load_card(d)
+                card = load_card(d)
             except DatasetError as err:
                 raise SystemExit(f"dataset error: {err}") from None
+            if card.ref_min_score is None or card.ref_max_score is None:
+                raise SystemExit(f"dataset error: {d} has no reference returns (ref_min_score, "
+                                 "ref_max_score) for normalized scores; record it with "
+                                 "robotrl dataset collect ... expert=EXPERT.pt")
         console.print(f"[bold]robotrl offline-bench[/bold]: {n} runs ({len(settings['algos'])} "
                       f"algorithms x {len(settings['datasets'])} datasets x {settings['seeds']} "
                       f"seeds), {job.updates:,} updates each, launcher {settings['launcher']} "

@@ -364,7 +364,8 @@ class Runner:
         if out_of_time:
             console.print(f"[yellow]max_minutes={s.max_minutes} reached at step "
                           f"{self.global_step:,}: checkpointing and evaluating[/yellow]")
-        if self.evaluator is not None:
+        evaluated = bool(self.evaluations) and self.evaluations[-1]["step"] == self.global_step
+        if self.evaluator is not None and not evaluated:  # the last periodic one may be now
             self._evaluate(logger)
         self.save()
         self._clock = None
