@@ -103,14 +103,16 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], figures: list[st
              f"{settings['seeds']} seeds", "",
              f"{job.updates:,} gradient updates per run, evaluated every {job.eval_every:,} on "
              f"{job.episodes} simulator episodes. Normalized score: 100 = the dataset card's "
-             "expert return, 0 = uniform random. Cells: mean over seeds [95% CI, Student t].",
+             "expert return, 0 = uniform random. Cells: mean over seeds [95% CI, Student t]; "
+             "(n=k): only k seeds finished.",
              ""]
     for key, title in (("final", "Last (final evaluation)"), ("best", "Best (best evaluation)")):
         lines += [f"## {title}", "", "| dataset | " + " | ".join(algos) + " |",
                   "|---|" + "---:|" * len(algos)]
         for d in datasets:
-            cells = [(_ci(c[key]) if (c := summary["per_dataset"].get(f"{d}|{a}")) else "—")
-                     for a in algos]
+            cells = [(_ci(c[key]) + (f" (n={c['seeds']})" if c["seeds"] < settings["seeds"]
+                                     else "")
+                      if (c := summary["per_dataset"].get(f"{d}|{a}")) else "—") for a in algos]
             lines.append(f"| {d} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Aggregates over datasets", "",
@@ -147,7 +149,14 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], figures: list[st
     secs = summary["seconds"]
     total = sum(secs.values())
     lines += ["## Wall clock", "", f"Summed over runs (training + FQE): {total / 3600:.2f} h; "
-              + ", ".join(f"{a} {s / 60:.0f} min" for a, s in secs.items()) + ".", ""]
+              + ", ".join(f"{a} {s / 60:.0f} min" for a, s in secs.items()) + "."]
+    if settings.get("sweep_seconds"):
+        wall = settings["sweep_seconds"]
+        lines[-1] += (f" This invocation's sweep took {wall / 3600:.2f} h with launcher "
+                      f"{settings['launcher']}" + (f" ({settings['jobs']} processes)"
+                                                   if settings["launcher"] == "joblib" else "")
+                      + " (reused runs count in the sum, not here).")
+    lines.append("")
     if summary["missing"]:
         lines += ["## Missing runs", "", *[f"- {m}" for m in summary["missing"]], ""]
     lines += [f"![{Path(f).stem}](figures/{Path(f).name})" for f in figures]

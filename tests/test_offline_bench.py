@@ -32,6 +32,7 @@ def args(dataset: Path, out: Path, *extra: str) -> list[str]:
             "eval_every=100", "episodes=2", "ope_updates=50", "reps=500", f"out={out}", *extra]
 
 
+@pytest.mark.slow  # 8 short offline runs through two sweeps (~50 s alone)
 def test_interrupted_benchmark_resumes_without_redoing_runs(pendulum, tmp_path, monkeypatch):
     out = tmp_path / "bench"
     from robotrl.runners.offline import OfflineRunner

@@ -335,6 +335,7 @@ def offline_bench_main(argv: list[str]) -> None:
                       f"-> {job.out}")
         t0 = time.perf_counter()
         launch(settings, hydra_args)
-        console.print(f"sweep finished in {(time.perf_counter() - t0) / 60:.1f} min")
+        settings["sweep_seconds"] = time.perf_counter() - t0
+        console.print(f"sweep finished in {settings['sweep_seconds'] / 60:.1f} min")
     results = collect_results(settings)
     write_report(results, settings, Path(job.out))
