@@ -91,6 +91,10 @@ def ope_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ markdown
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
+
+
 def _ci(v: tuple[float, float, float] | list[float], scale: float = 1.0) -> str:
     m, lo, hi = (x * scale for x in v)
     return f"{m:.1f} [{lo:.1f}, {hi:.1f}]"
@@ -148,11 +152,11 @@ def markdown(summary: dict[str, Any], settings: dict[str, Any], figures: list[st
                   f"({100 * ope['median_rel_error']:.0f}% of the simulated value).", ""]
     secs = summary["seconds"]
     total = sum(secs.values())
-    lines += ["## Wall clock", "", f"Summed over runs (training + FQE): {total / 3600:.2f} h; "
+    lines += ["## Wall clock", "", f"Summed over runs (training + FQE): {_duration(total)}; "
               + ", ".join(f"{a} {s / 60:.0f} min" for a, s in secs.items()) + "."]
     if settings.get("sweep_seconds"):
         wall = settings["sweep_seconds"]
-        lines[-1] += (f" This invocation's sweep took {wall / 3600:.2f} h with launcher "
+        lines[-1] += (f" This invocation's sweep took {_duration(wall)} with launcher "
                       f"{settings['launcher']}" + (f" ({settings['jobs']} processes)"
                                                    if settings["launcher"] == "joblib" else "")
                       + " (reused runs count in the sum, not here).")
