@@ -3,6 +3,7 @@ optionally beside the same discounted value measured in the simulator.
 
     robotrl ope checkpoint=runs/.../checkpoints/last.pt dataset=robotrl/hopper/medium-v0
     robotrl ope checkpoint=... dataset=robot_logs.hdf5 simulate=false updates=20000 out=ope.json
+    (also: gamma=0.99 episodes=10 device=cpu seed=0 threads=1)
 
 With real-robot data there is no simulator to ask: ``simulate=false``. The estimate is the
 expected discounted return (``gamma``) from the dataset's episode starts.
@@ -58,12 +59,15 @@ def ope_main(argv: list[str]) -> None:
 
     args = parse_kv(argv, {"checkpoint": str, "dataset": str, "updates": int, "gamma": float,
                            "simulate": bool, "episodes": int, "device": str, "seed": int,
-                           "out": str})
+                           "out": str, "threads": int})
     for key in ("checkpoint", "dataset"):
         if key not in args:
             raise SystemExit(f"robotrl ope needs {key}=...; e.g. robotrl ope "
                              "checkpoint=runs/x/checkpoints/last.pt dataset=robotrl/hopper/medium-v0")
     out = args.pop("out", None)
+    import torch
+
+    torch.set_num_threads(int(args.pop("threads", 1)))  # 1 by default: see TrainConfig.torch_threads
     try:
         result = off_policy_value(**args)  # type: ignore[arg-type]
     except DatasetError as err:
