@@ -219,7 +219,8 @@ def figures(summary: dict[str, Any], runs: list[dict[str, Any]], settings: dict[
             ax.set_xlabel("normalized score")
             ax.grid(axis="x", alpha=0.3)
         axes[0].set_yticks(range(len(summary["complete"])), summary["complete"])
-        fig.suptitle("Final scores over datasets: point estimate and stratified-bootstrap 95% CI")
+        fig.suptitle("Final scores over datasets: point estimate and stratified-bootstrap 95% CI",
+                     y=1.04)
         save(fig, "aggregates.png")
         fig, ax = plt.subplots(figsize=(6, 4))
         for a, (curve, lo, hi) in summary["profiles"]["final"].items():
