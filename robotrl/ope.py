@@ -22,6 +22,9 @@ from collections.abc import Callable
 
 import torch
 
+from robotrl.algos.offline.base import polyak
+from robotrl.algos.offline.losses import td_target
+from robotrl.algos.optim import adam
 from robotrl.data.dataset import Dataset
 from robotrl.nn.ensemble import EnsembleQ
 
@@ -75,27 +78,26 @@ def fitted_q_evaluation(act: ActFn, dataset: Dataset, cfg: FQEConfig | None = No
     torch.manual_seed(cfg.seed)
     obs, nxt = dataset.observations, dataset.next_observations
     scale = float(dataset.rewards.std().clamp_min(1e-6))
-    reward = dataset.rewards / scale
-    cont = cfg.gamma * (1.0 - dataset.terminations.float())
+    reward, terminated = dataset.rewards / scale, dataset.terminations
     next_act = _batched(act, nxt)
     starts = obs[dataset.episode_starts]
     start_act = _batched(act, starts)
     q = EnsembleQ(obs.shape[1], next_act.shape[1], cfg.hidden, cfg.members).to(device)
     target = copy.deepcopy(q).requires_grad_(False)
-    opt = torch.optim.Adam(q.parameters(), lr=cfg.lr)
+    opt = adam(q.parameters(), cfg.lr)
     losses = torch.zeros((), device=device)
     td_loss = math.nan
     for step in range(1, cfg.updates + 1):
         i = torch.randint(0, len(dataset), (cfg.batch_size,), device=device, generator=gen)
         with torch.no_grad():
-            y = reward[i] + cont[i] * target(nxt[i], next_act[i])  # [E, B]: each its own target
+            # [E, B]: each member its own target
+            y = td_target(reward[i], terminated[i], target(nxt[i], next_act[i]), cfg.gamma)
         loss = (q(obs[i], dataset.actions[i]) - y).pow(2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(list(target.parameters()), list(q.parameters()), cfg.tau)
-            losses += loss.detach()
+        polyak(target, q, cfg.tau)
+        losses += loss.detach()
         if step % 1000 == 0 or step == cfg.updates:
             td_loss = float(losses) / (step % 1000 or 1000)
             losses.zero_()
