@@ -16,7 +16,6 @@ recompute the tables from the JSON alone: ``summarize(json.load(f)["runs"], ...)
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -278,15 +277,14 @@ def write_report(runs: list[dict[str, Any]], settings: dict[str, Any], out: Path
     report. Returns the summary."""
     import dataclasses
 
-    from robotrl.checkpoint import atomic_open
+    from robotrl.checkpoint import atomic_open, write_json
 
     summary = summarize(runs, settings["algos"], settings["datasets"], settings["seeds"],
                         settings.get("reps", 50_000))
     out.mkdir(parents=True, exist_ok=True)
     meta = {k: v for k, v in settings.items() if k != "job"}
     meta["job"] = dataclasses.asdict(settings["job"])
-    with atomic_open(out / "results.json", "w") as f:
-        json.dump({"settings": meta, "runs": runs, "summary": summary}, f, indent=1)
+    write_json(out / "results.json", {"settings": meta, "runs": runs, "summary": summary}, indent=1)
     figs = figures(summary, runs, settings, out / "figures")
     text = markdown(summary, settings, figs)
     with atomic_open(out / "report.md", "w") as f:

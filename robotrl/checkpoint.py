@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -40,6 +41,13 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_json(path: str | os.PathLike[str], data: Any, indent: int = 2) -> Path:
+    """Write ``data`` as JSON to ``path`` atomically (see ``atomic_open``)."""
+    with atomic_open(path, "w") as f:
+        json.dump(data, f, indent=indent)
+    return Path(path)
 
 
 def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Path:

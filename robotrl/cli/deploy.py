@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 from pathlib import Path
 
 from robotrl.cli.args import parse_kv
@@ -38,7 +37,7 @@ def load_source(spec: str, task: str, seed: int, options: dict | None = None) ->
 def deploy_main(argv: list[str]) -> None:
     import torch
 
-    from robotrl.checkpoint import atomic_open
+    from robotrl.checkpoint import write_json
     from robotrl.logging import console
     from robotrl.sim2real.deploy import (
         DeployConfig,
@@ -90,6 +89,5 @@ def deploy_main(argv: list[str]) -> None:
                       f"{sum(returns) / len(returns):.1f}")
         report["sim_returns"] = returns
     if "out" in args:
-        with atomic_open(Path(str(args["out"])), "w") as f:
-            json.dump(report, f, indent=2)
+        write_json(Path(str(args["out"])), report)
         console.print(f"wrote {args['out']}")

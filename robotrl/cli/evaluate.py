@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from robotrl.cli.args import parse_kv
-
-
-def _write_json(path: Path, data: dict) -> None:
-    from robotrl.checkpoint import atomic_open
-
-    with atomic_open(path, "w") as f:
-        json.dump(data, f, indent=2)
 
 
 def _video_writer(path: Path):  # noqa: ANN202 - imageio writer
@@ -26,6 +18,7 @@ def _video_writer(path: Path):  # noqa: ANN202 - imageio writer
 
 
 def eval_main(argv: list[str]) -> None:
+    from robotrl.checkpoint import write_json
     from robotrl.cli.build import build_algo, build_env, load_run
     from robotrl.envs.base import Obs, obs_to
     from robotrl.logging import console
@@ -78,5 +71,5 @@ def eval_main(argv: list[str]) -> None:
     console.print(f"{cfg.env.task}: return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "
                   f"length {result['length_mean']:.1f} over {result['episodes']} episodes")
     if "out" in args:
-        _write_json(Path(str(args["out"])), result)
+        write_json(Path(str(args["out"])), result)
         console.print(f"wrote {args['out']}")

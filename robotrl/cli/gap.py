@@ -9,7 +9,6 @@ randomization).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,7 @@ def run_gap(checkpoint: str, grid: Any, device: str = "cpu") -> tuple[str, list[
 
 def gap_main(argv: list[str]) -> None:
     """Entry point of ``robotrl gap``."""
-    from robotrl.checkpoint import atomic_open
+    from robotrl.checkpoint import write_json
     from robotrl.logging import console
     from robotrl.sim2real.gap import GapGrid, gap_table
 
@@ -96,6 +95,5 @@ def gap_main(argv: list[str]) -> None:
                 "results": rows}
         if baseline is not None:
             data["baseline"] = {"checkpoint": str(args["baseline"]), "results": baseline}
-        with atomic_open(Path(str(args["out"])), "w") as f:
-            json.dump(data, f, indent=2)
+        write_json(Path(str(args["out"])), data)
         console.print(f"wrote {args['out']}")

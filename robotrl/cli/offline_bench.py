@@ -35,6 +35,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from robotrl.checkpoint import write_json
+
 SUITES: dict[str, tuple[str, ...]] = {
     "locomotion": tuple(f"robotrl/{task}/{kind}-v0" for task in ("hopper", "halfcheetah", "walker2d")
                         for kind in ("medium", "medium-replay", "expert", "medium-expert")),
@@ -87,13 +89,6 @@ def dataset_slug(dataset: str) -> str:
 
 def run_dir(out: str | Path, algo: str, dataset: str, seed: int) -> Path:
     return Path(out) / "runs" / dataset_slug(dataset) / algo / f"s{seed}"
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    from robotrl.checkpoint import atomic_open
-
-    with atomic_open(path, "w") as f:
-        json.dump(data, f, indent=1)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -151,7 +146,7 @@ def train_stage(job: BenchConfig, run: Path) -> dict[str, Any]:
               "curve": {"steps": [e["step"] for e in evals], "score": scores},
               "train_seconds": ckpt.get("train_seconds", float("nan")),
               "run_dir": str(run)}
-    _write_json(run / "result.json", result)
+    write_json(run / "result.json", result, indent=1)
     return result
 
 
@@ -164,7 +159,7 @@ def ope_stage(job: BenchConfig, run: Path) -> dict[str, Any]:
 
     result = off_policy_value(str(run / "checkpoints" / "last.pt"), job.dataset, job.ope_updates,
                               job.gamma, episodes=job.episodes, device=job.device, seed=job.seed)
-    _write_json(run / "ope.json", result)
+    write_json(run / "ope.json", result, indent=1)
     return result
 
 
@@ -186,8 +181,8 @@ def bench_job(job: BenchConfig) -> dict[str, Any] | None:
     except KeyboardInterrupt:
         raise
     except Exception as err:  # noqa: BLE001 - any failure of one run is recorded, not fatal
-        _write_json(run / "failed.json", {"error": f"{type(err).__name__}: {err}",
-                                          "traceback": traceback.format_exc()})
+        write_json(run / "failed.json", {"error": f"{type(err).__name__}: {err}",
+                                         "traceback": traceback.format_exc()}, indent=1)
         console.print(f"[red]{name} failed: {type(err).__name__}: {err} "
                       f"(details: {run / 'failed.json'})[/red]")
         return None

@@ -11,7 +11,6 @@ expected discounted return (``gamma``) from the dataset's episode starts.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +51,7 @@ def off_policy_value(checkpoint: str, dataset: str, updates: int = 10_000, gamma
 
 
 def ope_main(argv: list[str]) -> None:
-    from robotrl.checkpoint import atomic_open
+    from robotrl.checkpoint import write_json
     from robotrl.cli.args import parse_kv
     from robotrl.data import DatasetError
     from robotrl.logging import console
@@ -80,6 +79,5 @@ def ope_main(argv: list[str]) -> None:
         line += f"; simulator {result['simulated']:.1f} ± {result['simulated_std']:.1f}"
     console.print(line)
     if out:
-        with atomic_open(Path(str(out)), "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(Path(str(out)), result, indent=1)
         console.print(f"wrote {out}")
