@@ -1,11 +1,13 @@
 """Advantage estimators shared by the policy-gradient algorithms (pure functions, no state).
 
-``gae`` is the critic-based estimator of PPO and TRPO; ``group_normalize`` is GRPO's critic-free
-estimator, where each prompt or initial state is rolled out K times and every return is compared
-with the others of its group.
+``gae`` is the critic-based estimator of PPO and TRPO. The group-relative estimators of
+``GROUP_ADVANTAGES`` are GRPO's critic-free ones: each prompt or initial state is rolled out K
+times and every outcome is compared with the others of its group.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -67,8 +69,62 @@ def group_normalize(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     Returns:
         [G, K] normalized outcomes.
     """
-    if x.dim() != 2:
-        raise ValueError(f"group_normalize expects x of shape [G, K], got {tuple(x.shape)}")
+    _check_groups(x, "group_normalize")
     mean = x.mean(dim=1, keepdim=True)
     std = x.std(dim=1, unbiased=False, keepdim=True)
     return (x - mean) / (std + eps)
+
+
+def group_center(x: torch.Tensor) -> torch.Tensor:
+    """Dr. GRPO's advantage (Liu et al. 2025, "Understanding R1-Zero-Like Training", sec. 3.1):
+    the outcome minus its group mean, without dividing by the group's standard deviation
+    (which up-weights groups whose outcomes barely differ: a question-difficulty bias).
+
+    Args:
+        x: [G, K] outcomes, G groups of K samples.
+
+    Returns:
+        [G, K] centred outcomes.
+    """
+    _check_groups(x, "group_center")
+    return x - x.mean(dim=1, keepdim=True)
+
+
+def leave_one_out(x: torch.Tensor) -> torch.Tensor:
+    """RLOO's advantage (Kool et al. 2019; Ahmadian et al. 2024): each outcome minus the mean of
+    the *other* K - 1 outcomes of its group, an unbiased baseline since it does not depend on
+    the sample itself. Equals ``K / (K - 1) * group_center(x)``.
+
+    Args:
+        x: [G, K] outcomes, G groups of K >= 2 samples.
+
+    Returns:
+        [G, K] advantages.
+    """
+    _check_groups(x, "leave_one_out")
+    k = x.shape[1]
+    if k < 2:
+        raise ValueError("leave_one_out needs groups of at least 2 samples, got K = 1")
+    return (x - (x.sum(dim=1, keepdim=True) - x) / (k - 1))
+
+
+def _check_groups(x: torch.Tensor, name: str) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"{name} expects x of shape [G, K], got {tuple(x.shape)}")
+
+
+GROUP_ADVANTAGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "grpo": group_normalize,
+    "dr_grpo": group_center,
+    "rloo": leave_one_out,
+}
+"""Group-relative advantage estimators by name: f(outcomes [G, K]) -> advantages [G, K]."""
+
+
+def group_advantages(x: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Advantages [G, K] of outcomes ``x`` [G, K] with the estimator named ``estimator`` (a key
+    of ``GROUP_ADVANTAGES``); an unknown name fails listing the known ones."""
+    if estimator not in GROUP_ADVANTAGES:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; known: "
+                         f"{', '.join(GROUP_ADVANTAGES)}")
+    return GROUP_ADVANTAGES[estimator](x)

@@ -7,6 +7,7 @@ A ``BatchedEnv`` holds ``num_envs`` worlds and exchanges torch tensors on ``env.
     out.obs["policy"], out.reward           # [N, obs_dim], [N]
     out.terminated, out.truncated           # [N] bool, kept separate (bootstrap on truncation)
     out.info["final_obs"]                   # the observation before auto-reset, same groups
+    out.info["success"]                     # [N] bool, where spec.has_success
 
 An observation is a mapping of named groups, each ``[N, ...]``, declared with shape and dtype in
 ``spec.observations``: ``policy`` always (what a deployed controller sees); ``privileged``
@@ -65,6 +66,10 @@ class EnvSpec:
     """Every observation group the env returns (``{"policy": ObsSpec((obs_dim,))}`` when empty)."""
     task: str = ""
     """Task name the env was made for."""
+    has_success: bool = False
+    """``step`` reports ``info["success"]`` [N] bool: the task's success criterion holds in that
+    world after the step (before any auto-reset); an episode succeeds if it holds at its last
+    step (``robotrl.envs.tasks``: reacher, inverted_pendulum, inverted_double_pendulum)."""
 
     def __post_init__(self) -> None:
         groups = dict(self.observations) or {"policy": ObsSpec((self.obs_dim,))}
@@ -130,6 +135,11 @@ class BatchedEnv(ABC):
     def set_state(self, state: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
         """Restore worlds ``env_ids`` ([K] long, all when None) from ``state`` [K, S]."""
         raise NotImplementedError(f"{type(self).__name__} cannot restore a state")
+
+    def observe(self) -> Obs:
+        """The current observation of every world, as ``reset`` would return it (after
+        ``set_state``: the restored worlds' first observation)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot observe without stepping")
 
     def render(self, env_id: int = 0) -> Any:
         """An RGB frame [H, W, 3] uint8 of world ``env_id``; backends without a renderer raise."""

@@ -142,6 +142,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             reward_terms=task.reward_terms,
             observations={g: groups[g] for g in OBSERVATIONS if g in observations},
             task=task.name,
+            has_success=task.has_success,
         )
         self._gen = torch.Generator().manual_seed(seed)
         self._steps = torch.zeros(num_envs, dtype=torch.long)
@@ -249,8 +250,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             if self._dr is not None:
                 self._dr.gen.manual_seed(randomization_seed(seed))
         self._reset_worlds(np.arange(self.num_envs, dtype=np.int32))
-        obs = self.task.observe(self.sim)
-        return self._observe(obs if self._dr is None else self._dr.observe(obs))
+        return self.observe()
 
     def step(self, action: torch.Tensor) -> StepOut:
         check_action(action, self.spec, self.num_envs)
@@ -280,6 +280,11 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             obs = dr.observe(obs)
             dr.after_step(self._steps.masked_fill(done, 0))
         final_obs = self._observe(obs)
+        success = None
+        if self.task.has_success:  # read before the auto-reset below moves finished worlds
+            success = self.task.success(self.sim)
+            if n_unstable:
+                success = success & ~torch.from_numpy(unstable_np)
         next_obs = final_obs
         if bool(done.any()):
             ids = done.nonzero().flatten().numpy().astype(np.int32)
@@ -293,8 +298,14 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             "reward_terms": {k: self._out(v) for k, v in terms.items()},
             "unstable": n_unstable,
         }
+        if success is not None:
+            info["success"] = success.to(self.device)
         dev = self.device
         return StepOut(next_obs, self._out(reward), terminated.to(dev), truncated.to(dev), info)
+
+    def observe(self) -> Obs:
+        obs = self.task.observe(self.sim)
+        return self._observe(obs if self._dr is None else self._dr.observe(obs))
 
     def get_state(self) -> torch.Tensor:
         """MuJoCo's ``mjSTATE_FULLPHYSICS`` vector of every world, [N, S] float64."""

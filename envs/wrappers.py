@@ -75,6 +75,9 @@ class Wrapper(BatchedEnv):
     def set_state(self, state: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
         self.env.set_state(state, env_ids)
 
+    def observe(self) -> Obs:
+        return self.env.observe()
+
     def close(self) -> None:
         self.env.close()
 

@@ -84,6 +84,9 @@ class TrainConfig:
     """Directory for all outputs: config.yaml, TensorBoard events, checkpoints/last.pt."""
     resume: str = ""
     """Checkpoint to continue from ('' starts fresh)."""
+    init: str = ""
+    """Checkpoint of another run whose actor starts this one (GRPO fine-tuning of a PPO, SAC or
+    BC policy; it is also the KL reference); '' starts from scratch."""
     checkpoint_interval: int = 50
     """Write ``checkpoints/last.pt`` every this many iterations (and at the end)."""
     eval_interval: int = 100
@@ -211,6 +214,15 @@ def validate(cfg: TrainConfig) -> None:
         offline_algos = [n for n in ALGORITHMS if algorithm(n).runner == "offline"]
         raise ValueError(f"dataset= is for offline algorithms ({offline_algos}); "
                          f"algo={algo_name(cfg.algo)} collects its own data")
+    if cfg.init:
+        from pathlib import Path
+
+        if not Path(cfg.init).is_file():
+            raise ValueError(f"init={cfg.init!r} is not a file; give a checkpoint "
+                             "(runs/<...>/checkpoints/best.pt or last.pt)")
+    if algorithm(algo_name(cfg.algo)).runner == "group" and cfg.randomization.enabled():
+        raise ValueError("algo=grpo compares G rollouts from one state in identical worlds; "
+                         "domain randomization would make them differ: use randomization=none")
     cfg.randomization.check()
     if cfg.randomization.enabled() and cfg.backend.name == "gymnasium":
         raise ValueError("randomization needs backend=mujoco, mjx or brax (per-world model "

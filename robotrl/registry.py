@@ -44,6 +44,7 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
     "trpo": AlgorithmEntry("robotrl.algos.trpo:TRPOConfig", "robotrl.algos.trpo:TRPO",
                            "on_policy"),
     "sac": AlgorithmEntry("robotrl.algos.sac:SACConfig", "robotrl.algos.sac:SAC", "off_policy"),
+    "grpo": AlgorithmEntry("robotrl.algos.grpo:GRPOConfig", "robotrl.algos.grpo:GRPO", "group"),
     **{name: AlgorithmEntry(f"robotrl.algos.offline.{module}:{cls}Config",
                             f"robotrl.algos.offline.{module}:{cls}", "offline")
        for name, module, cls in (("bc", "bc", "BC"), ("td3bc", "td3bc", "TD3BC"),
@@ -58,6 +59,7 @@ RUNNERS: dict[str, str | type] = {
     "on_policy": "robotrl.runners.on_policy:OnPolicyRunner",
     "off_policy": "robotrl.runners.off_policy:OffPolicyRunner",
     "offline": "robotrl.runners.offline:OfflineRunner",
+    "group": "robotrl.runners.group:GroupRunner",
 }
 """Runner kind -> runner class (``robotrl.runners.base.Runner`` subclass) or ``"module:Class"``."""
 

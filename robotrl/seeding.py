@@ -23,6 +23,9 @@ STREAMS: dict[str, str] = {
     "eval-reset": "reset() seed of each evaluation",
     "export-check": "worlds that record the observations an export is verified on",
     "randomization": "domain-randomization draws of a batch of worlds (from its env seed)",
+    "group-train-states": "the fixed set of initial states a group runner (GRPO) trains from",
+    "group-test-states": "the disjoint set of initial states it reports apart",
+    "group-draws": "which training initial states each round of group sampling uses",
 }
 """Stream names used in robotrl and what each seeds; ``rank-<k>`` streams are per rank."""
 

@@ -109,6 +109,36 @@ class OffPolicyAlgorithm(Learner, Protocol):
     buffer (``process_env_step``) and learns from it (``update``)."""
 
 
+class GroupSamplingConfig(Protocol):
+    """What the ``group`` runner reads from a group algorithm's config (GRPOConfig has it)."""
+
+    group_size: int
+    """G: rollouts from each initial state (``num_envs`` is a multiple of it)."""
+    outcome: str
+    """"return" (the episode's undiscounted return) or "success" (``info["success"]`` at the
+    episode's last step, 0 or 1)."""
+    train_states: int
+    """Size of the fixed set of initial states training draws from."""
+    test_states: int
+    """Size of the disjoint set of initial states evaluation reports apart (never trained on)."""
+
+
+class GroupAlgorithm(Learner, Protocol):
+    """A learner the ``group`` runner drives (GRPO): the runner restores each of M initial
+    states into G worlds, steps them with ``act``/``process_env_step`` for up to ``horizon``
+    steps, and closes the round with the outcome of every world; ``update`` learns once
+    ``end_round`` says the batch is full."""
+
+    cfg: GroupSamplingConfig
+    horizon: int
+    """Steps of a round (the episode limit unless configured shorter)."""
+
+    def end_round(self, outcome: torch.Tensor) -> bool:
+        """Close a round with ``outcome`` [N] (world i belongs to group i // G); True when the
+        batch is ready for ``update``."""
+        ...
+
+
 class OfflineAlgorithm(Learner, Protocol):
     """A learner the ``offline`` runner drives (BC, TD3+BC, IQL, ...): it never collects;
     ``update`` learns from the dataset given once to ``attach``."""

@@ -127,9 +127,9 @@ def test_tiny_algorithm_trains_through_the_build_path(tiny: str, tmp_path: Path)
 def test_unknown_names_list_the_registered_ones() -> None:
     with pytest.raises(ValueError, match="unknown algo 'ppo2'; available: ppo, trpo, sac"):
         from_dict(TrainConfig, {"algo": {"name": "ppo2"}})
-    with pytest.raises(ValueError, match="runner kind 'group'; registered kinds: on_policy"):
-        register_algorithm("grpo", AlgorithmEntry(TinyConfig, Tiny, "group"))
+    with pytest.raises(ValueError, match="runner kind 'goal'; registered kinds: on_policy"):
+        register_algorithm("crl", AlgorithmEntry(TinyConfig, Tiny, "goal"))
     with pytest.raises(ValueError, match="unknown runner kind 'x'; available: on_policy, "
                                          "off_policy"):
         registry.runner_class("x")
-    assert "grpo" not in registry.ALGORITHMS
+    assert "crl" not in registry.ALGORITHMS

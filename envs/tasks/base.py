@@ -140,6 +140,14 @@ class MujocoTask(ABC):
         """[N] bool: terminal states. Default: never."""
         return torch.zeros(sim.num_envs, dtype=torch.bool)
 
+    has_success: ClassVar[bool] = False
+    """The task defines ``success`` (reported as ``info["success"]``)."""
+
+    def success(self, sim: Sim) -> torch.Tensor:
+        """[N] bool: the task's success criterion holds now; an episode succeeds if it holds at
+        the episode's last step. Only tasks with ``has_success`` define one."""
+        raise NotImplementedError(f"task {self.name!r} defines no success criterion")
+
 
 def make_config(cls: type[TaskConfig], task: str, overrides: dict[str, Any]) -> TaskConfig:
     """Build ``cls`` from ``overrides``, naming the allowed keys on a bad one."""

@@ -76,5 +76,12 @@ class InvertedDoublePendulum(MujocoTask):
         velocity = w1 * sim.qvel[:, 1].square() + w2 * sim.qvel[:, 2].square()
         return {"healthy": cfg.healthy_reward * alive, "distance": -distance, "velocity": -velocity}
 
+    has_success = True
+
+    def success(self, sim: Sim) -> torch.Tensor:
+        """Success: the tip is still above ``min_tip_height`` (not terminated); at the
+        last step: the poles stayed up until the time limit."""
+        return ~self.terminated(sim)
+
     def terminated(self, sim: Sim) -> torch.Tensor:
         return sim.site_xpos[:, 0, 2] <= self.cfg.min_tip_height

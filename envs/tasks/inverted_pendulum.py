@@ -49,6 +49,13 @@ class InvertedPendulum(MujocoTask):
         alive = (~self.terminated(sim)).to(torch.float64)
         return {"healthy": self.cfg.healthy_reward * alive}
 
+    has_success = True
+
+    def success(self, sim: Sim) -> torch.Tensor:
+        """Success: the pole is still up (the episode has not terminated); at the last step:
+        the pole stayed up until the time limit."""
+        return ~self.terminated(sim)
+
     def terminated(self, sim: Sim) -> torch.Tensor:
         finite = torch.isfinite(sim.qpos).all(dim=1) & torch.isfinite(sim.qvel).all(dim=1)
         return ~finite | (sim.qpos[:, 1].abs() > self.cfg.max_pole_angle)

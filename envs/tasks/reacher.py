@@ -24,6 +24,10 @@ class ReacherConfig(TaskConfig):
     """Targets are drawn uniformly from the open disc of this radius."""
     max_episode_steps: int = 50
     """Steps before truncation (``Reacher-v5`` registers 50)."""
+    success_distance: float = 0.02
+    """Success: the fingertip is within this distance (m) of the target; 0.02 is about where
+    the fingertip sphere (radius 0.01) touches the target sphere (radius 0.009). Not part of
+    Gymnasium's task."""
 
 
 class Reacher(MujocoTask):
@@ -88,6 +92,13 @@ class Reacher(MujocoTask):
             ],
             dim=1,
         )
+
+    has_success = True
+
+    def success(self, sim: Sim) -> torch.Tensor:
+        """The fingertip is within ``success_distance`` of the target (3-D distance, the one
+        the reward penalizes); at the last step, the arm ended on the target."""
+        return self.fingertip_to_target(sim).norm(dim=1) < self.cfg.success_distance
 
     def rewards(self, sim: Sim, before: None, action: torch.Tensor) -> dict[str, torch.Tensor]:
         return {

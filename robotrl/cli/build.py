@@ -63,6 +63,23 @@ def load_run(checkpoint: str, device: str = "cpu") -> tuple[TrainConfig, dict[st
     return cfg, ckpt
 
 
+def init_from(alg: Learner, cfg: TrainConfig, spec: EnvSpec) -> None:
+    """Start ``alg`` from the actor of the run checkpointed at ``cfg.init`` (its algorithm's
+    ``export_actor``), for learners with ``init_from_actor`` (GRPO)."""
+    if not hasattr(alg, "init_from_actor"):
+        from robotrl.registry import ALGORITHMS
+
+        able = [n for n in ALGORITHMS if hasattr(learner_class(n), "init_from_actor")]
+        raise ValueError(f"algo={algo_name(cfg.algo)} cannot start from init=; algorithms "
+                         f"that can: {able}")
+    src_cfg, ckpt = load_run(cfg.init, cfg.device)
+    if src_cfg.env.task != cfg.env.task:
+        raise ValueError(f"init={cfg.init} was trained on {src_cfg.env.task!r}, this run is "
+                         f"on {cfg.env.task!r}")
+    src = build_algo(src_cfg, spec, ckpt["algo"])
+    alg.init_from_actor(src.export_actor())
+
+
 def build_runner(cfg: TrainConfig) -> Runner:
     """Env (or dataset) + algorithm + the runner of the kind its registry entry names.
 
@@ -89,6 +106,8 @@ def build_runner(cfg: TrainConfig) -> Runner:
     else:
         source = build_env(cfg, cfg.num_envs, cfg.seed)
         alg = build_algo(cfg, source.spec)
+    if cfg.init and not cfg.resume:  # a resumed run's checkpoint has the weights already
+        init_from(alg, cfg, source.spec if runner_cls.learns_from == "env" else spec)
 
     settings = RunnerSettings(
         total_steps=cfg.total_steps,

@@ -223,9 +223,14 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
     if result is not None:
         score = (f", normalized score {result['normalized_score']:.1f}"
                  if "normalized_score" in result else "")
-        console.print(f"eval: return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "
-                      f"length {result['length_mean']:.0f} over {result['episodes']} "
-                      f"episodes{score}")
+        # a group run (GRPO) reports its train and test initial states apart
+        splits = ([("", " (train initial states)"), ("test_", " (test initial states)")]
+                  if "test_return_mean" in result else [("", "")])
+        for p, where in splits:
+            success = f", success {100 * result[p + 'success']:.0f}%" if p + "success" in result else ""
+            console.print(f"eval{where}: return {result[p + 'return_mean']:.1f} ± "
+                          f"{result[p + 'return_std']:.1f}, length {result[p + 'length_mean']:.0f} "
+                          f"over {result[p + 'episodes']} episodes{success}{score}")
     return result
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import torch
 from torch import nn
 
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
@@ -76,3 +77,50 @@ def mlp(
     elif not hidden:
         raise ValueError("mlp with out_dim=None needs at least one hidden layer")
     return nn.Sequential(*layers)
+
+
+def as_mlp(network: nn.Module, out_dim: int) -> tuple[nn.Sequential, tuple[int, ...], str]:
+    """A trainable copy of a plain MLP ``network`` as ``mlp`` builds it: ``(copy, hidden
+    widths, activation name)``.
+
+    ``network`` may nest ``nn.Sequential``s and hold ``nn.Identity`` (a shared trunk that is
+    not used) and end with a module keeping the first ``out_dim`` outputs (a head that also
+    predicts log stds: the copy's output layer keeps those rows). Anything else (layer norm,
+    residual blocks, two activation kinds) raises, naming the layer: the copy must be rebuilt
+    from its widths alone when a checkpoint is loaded.
+    """
+    layers: list[nn.Module] = []
+
+    def walk(module: nn.Module) -> None:
+        if isinstance(module, nn.Sequential):
+            for child in module:
+                walk(child)
+        elif not isinstance(module, nn.Identity):
+            layers.append(module)
+
+    walk(network)
+    # a trailing slicer (robotrl.nn.actor.FirstColumns) is dropped: the output layer is cut
+    if layers and not isinstance(layers[-1], nn.Linear) and hasattr(layers[-1], "k"):
+        layers.pop()
+    names = {cls: name for name, cls in ACTIVATIONS.items()}
+    linears = [m for m in layers if isinstance(m, nn.Linear)]
+    acts = {names.get(type(m)) for m in layers if not isinstance(m, nn.Linear)}
+    odd = [type(m).__name__ for m in layers
+           if not isinstance(m, nn.Linear) and type(m) not in names]
+    expected = [nn.Linear if i % 2 == 0 else None for i in range(len(layers))]
+    shape_ok = all(isinstance(m, nn.Linear) == (e is nn.Linear)
+                   for m, e in zip(layers, expected, strict=True)) and len(layers) % 2 == 1
+    if odd or len(acts) > 1 or not shape_ok or linears[-1].out_features < out_dim:
+        what = f"{odd[0]} layer" if odd else "layout " + " -> ".join(
+            type(m).__name__ for m in layers)
+        raise ValueError(f"the network is not a plain MLP ({what}); only Linear layers with "
+                         f"one activation kind ({', '.join(ACTIVATIONS)}) can be copied")
+    hidden = tuple(m.out_features for m in linears[:-1])
+    activation = acts.pop() if acts else "tanh"
+    copy = mlp(linears[0].in_features, hidden, out_dim, activation, ortho_init=False)
+    targets = [m for m in copy if isinstance(m, nn.Linear)]
+    with torch.no_grad():
+        for src, dst in zip(linears, targets, strict=True):
+            dst.weight.copy_(src.weight[: dst.out_features])
+            dst.bias.copy_(src.bias[: dst.out_features])
+    return copy, hidden, activation

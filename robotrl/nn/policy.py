@@ -1,4 +1,5 @@
-"""Gaussian actor-critic for continuous control."""
+"""Gaussian policies for continuous control: the actor-critic of PPO and TRPO, and the
+critic-free ``GaussianPolicy`` of GRPO."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import torch
 from torch import nn
 from torch.distributions import Normal
 
-from robotrl.nn.mlp import mlp, orthogonal_init
+from robotrl.nn.actor import OUTPUT_TRANSFORMS, DeterministicActor
+from robotrl.nn.mlp import as_mlp, mlp, orthogonal_init
+from robotrl.nn.normalizer import RunningNormalizer
 
 LOG_STD_MIN = -5.0
 """Lower bound on log std (std ~ 0.007): keeps log-probabilities finite when the policy sharpens."""
@@ -129,3 +132,98 @@ class GaussianActorCritic(nn.Module):
         """Mean action for ``obs`` [N, obs_dim]: [N, act_dim] (unclipped)."""
         out = self.actor_head(self.trunk(obs))
         return out[..., : self.act_dim] if self.state_dependent_std else out
+
+
+class GaussianPolicy(nn.Module):
+    """A diagonal Gaussian policy on raw observations, with the sampling interface GRPO uses.
+
+    The mean is ``network(normalize(obs))`` (``output="clip"``: unbounded, the env clips the
+    sampled action) or ``center + half_range * tanh(network(...))`` (``output="tanh"``: a
+    pretrained actor that squashes, e.g. SAC's or BC's); the log std is a free parameter per
+    action dimension, clamped to [LOG_STD_MIN, LOG_STD_MAX]. The learner sees only ``sample``,
+    ``log_prob``, ``entropy`` and ``deterministic`` (log-probabilities, not distributions), the
+    interface a token policy also provides (``robotrl.vla``). ``arch`` (plain data) rebuilds
+    the module, so a checkpoint of a fine-tuned policy needs no code of the algorithm it came
+    from.
+
+    Attributes:
+        network: ``mlp`` from normalized obs [B, obs_dim] to [B, act_dim].
+        normalizer: ``RunningNormalizer`` applied first, or None.
+        log_std: [act_dim] parameter.
+        arch: hidden widths, activation, output transform, normalizer settings.
+    """
+
+    def __init__(self, obs_dim: int, action_low: torch.Tensor, action_high: torch.Tensor,
+                 hidden: Sequence[int] = (64, 64), activation: str = "tanh",
+                 output: str = "clip", normalize: bool = True, init_log_std: float = 0.0,
+                 norm_eps: float = 1e-8, norm_clip: float = 10.0) -> None:
+        super().__init__()
+        if output not in OUTPUT_TRANSFORMS:
+            raise ValueError(f"unknown output {output!r}; known: {', '.join(OUTPUT_TRANSFORMS)}")
+        low = torch.as_tensor(action_low, dtype=torch.float32).detach().cpu().flatten()
+        high = torch.as_tensor(action_high, dtype=torch.float32).detach().cpu().flatten()
+        self.obs_dim, self.act_dim, self.output = int(obs_dim), int(low.numel()), output
+        self.arch = {"hidden": [int(h) for h in hidden], "activation": activation,
+                     "output": output, "normalize": bool(normalize), "norm_eps": float(norm_eps),
+                     "norm_clip": float(norm_clip)}
+        self.network = mlp(obs_dim, hidden, self.act_dim, activation, True, _POLICY_OUT_GAIN)
+        self.normalizer = RunningNormalizer(obs_dim, norm_eps, norm_clip) if normalize else None
+        self.log_std = nn.Parameter(torch.full((self.act_dim,), float(init_log_std)))
+        self.register_buffer("low", low.clone())
+        self.register_buffer("high", high.clone())
+
+    @classmethod
+    def from_actor(cls, actor: DeterministicActor, init_log_std: float) -> GaussianPolicy:
+        """A trainable policy whose mean is ``actor`` (any algorithm's ``export_actor`` with a
+        plain MLP network: PPO, TRPO, SAC, BC, TD3+BC, IQL, ...): the same weights, observation
+        normalization and output transform, so ``deterministic(obs)`` equals ``actor(obs)``."""
+        network, hidden, activation = as_mlp(actor.network, actor.act_dim)
+        policy = cls(actor.obs_dim, actor.low, actor.high, hidden, activation, actor.output,
+                     actor.normalize, init_log_std, actor.eps or 1e-8,
+                     actor.clip if actor.normalize else 10.0)
+        policy.network.load_state_dict(network.state_dict())
+        if policy.normalizer is not None:
+            policy.normalizer.mean.copy_(actor.mean.double())
+            # the actor keeps std = sqrt(var + eps) in float32; this var gives it back exactly
+            policy.normalizer.var.copy_(actor.std.double().square() - actor.eps)
+        return policy
+
+    def mean(self, obs: torch.Tensor) -> torch.Tensor:
+        """Mean action [B, act_dim] of raw observations ``obs`` [B, obs_dim] (not clipped)."""
+        x = obs if self.normalizer is None else self.normalizer(obs)
+        y = self.network(x)
+        if self.output == "tanh":
+            return (self.high + self.low) / 2 + (self.high - self.low) / 2 * torch.tanh(y)
+        return y
+
+    def dist(self, obs: torch.Tensor) -> Normal:
+        """The action distribution of ``obs`` [B, obs_dim]: Normal with loc/scale [B, act_dim]."""
+        mean = self.mean(obs)
+        std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp().expand_as(mean)
+        return Normal(mean, std, validate_args=False)
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action [B, act_dim] unclipped, its log-probability [B]) drawn with ``generator``."""
+        dist = self.dist(obs)
+        noise = torch.randn(dist.loc.shape, generator=generator, device=dist.loc.device,
+                            dtype=dist.loc.dtype)
+        action = dist.loc + dist.scale * noise
+        return action, dist.log_prob(action).sum(-1)
+
+    def log_prob(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """log pi(action | obs): [B] (summed over action dimensions)."""
+        return self.dist(obs).log_prob(action).sum(-1)
+
+    def entropy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Entropy of pi(. | obs): [B] (summed over action dimensions)."""
+        return self.dist(obs).entropy().sum(-1)
+
+    def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+        """Mean action clipped to the bounds: [B, act_dim]."""
+        return torch.clamp(self.mean(obs), self.low, self.high)
+
+    def export(self) -> DeterministicActor:
+        """Frozen copy of ``deterministic`` for sim2real export."""
+        return DeterministicActor(self.network, self.obs_dim, self.low, self.high, self.output,
+                                  self.normalizer)

@@ -123,6 +123,9 @@ class Evaluator:
         self.score: Callable[[float], float] | None = None
         """Maps a mean return to a normalized score (an offline dataset's card), or None."""
 
+    select = "eval/return"
+    """The metric ``best.pt`` is chosen on (highest wins)."""
+
     def __call__(self, learner: Learner) -> dict[str, float]:
         """One episode per evaluation world; returns ``eval/*`` metrics."""
         if self.env is None:
@@ -261,7 +264,15 @@ class Runner:
             "best_eval": self.best_eval,
             "evaluations": self.evaluations,
             "train_seconds": self.train_seconds,
+            **self._extra_state(),
         }, path)
+
+    def _extra_state(self) -> dict[str, Any]:
+        """What a runner kind adds to checkpoints (its own generators)."""
+        return {}
+
+    def _load_extra_state(self, ckpt: dict[str, Any]) -> None:
+        """Restore what ``_extra_state`` added."""
 
     def load(self, path: str | Path) -> None:
         """Continue from a checkpoint: the run proceeds exactly as if never interrupted."""
@@ -277,6 +288,7 @@ class Runner:
         self.best_eval = ckpt.get("best_eval")
         self.evaluations = list(ckpt.get("evaluations", []))  # absent before issue 13
         self.train_seconds = float(ckpt.get("train_seconds", 0.0))
+        self._load_extra_state(ckpt)
         set_rng_state(ckpt["rng"])
 
     def _evaluate(self, logger: Logger) -> None:
@@ -285,7 +297,7 @@ class Runner:
         metrics = self.evaluator(self.alg)
         logger.log(metrics, self.global_step)
         self.evaluations.append({"step": self.global_step, **self.evaluator.last})
-        value = metrics["eval/return"]
+        value = metrics[self.evaluator.select]
         if not math.isnan(value) and (self.best_eval is None or value > self.best_eval):
             self.best_eval = value
             self.save(self.best_path)
@@ -328,12 +340,11 @@ class Runner:
         logger = Logger(s.run_dir, s.tensorboard, purge_step=self.global_step or None)
         start = time.perf_counter()
         self._clock = (self.train_seconds, start)
-        total_iters = math.ceil(s.total_steps / self.steps_per_iteration())
         out_of_time = False
         try:
             with (deferred_interrupt() as stop_requested,
                   ProgressBar(s.total_steps, s.progress, start=self.global_step) as bar):
-                while self.iteration < total_iters:
+                while self.global_step < s.total_steps:
                     if stop_requested():
                         raise KeyboardInterrupt
                     if s.max_minutes and time.perf_counter() - start > 60 * s.max_minutes:

@@ -39,9 +39,6 @@ class OfflineRunner(Runner):
         if self.evaluator is not None:
             self.evaluator.score = dataset.card.normalized_score
 
-    def steps_per_iteration(self) -> int:
-        return self.settings.steps_per_env
-
     def _iteration(self) -> dict[str, float]:
         t0 = time.perf_counter()
         metrics = self.alg.update(progress=self.global_step / self.settings.total_steps)

@@ -1,0 +1,244 @@
+"""Group runner (GRPO): rollouts from restored simulator snapshots, groups of G per state.
+
+A round restores M initial states, each into G worlds (``set_state``; N = M x G), runs every
+world for one episode (or ``horizon`` steps) and scores it by its return or by
+``info["success"]`` at its last step; the learner keeps what it needs (``end_round``) and
+updates once its batch is full. Initial states come from a fixed **train** set and a disjoint
+**test** set drawn from the task's reset distribution with the run seed's
+``group-train-states`` / ``group-test-states`` streams and saved as ``initial_states.pt`` in
+the run dir. Evaluation runs the deterministic policy from the test set and from as many train
+states, and reports them apart (``eval/train/*``, ``eval/test/*``); ``best.pt`` is chosen on
+the train states, so nothing is ever selected on test states. Evaluation episodes run to the
+task's episode limit even when training rounds are shorter (``algo.num_steps``).
+``global_step`` counts every simulated step (all worlds, until the round's last episode ends).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from robotrl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from robotrl.envs.base import BatchedEnv, Obs, StepOut, obs_to
+from robotrl.runners.base import Runner, RunnerSettings
+from robotrl.seeding import derive_seed
+from robotrl.types import GroupAlgorithm
+
+__all__ = ["GroupEvaluator", "GroupRunner", "RunnerSettings", "draw_initial_states",
+           "rollout_from_states"]
+
+STATES_FILE = "initial_states.pt"
+"""The run dir's record of the train and test initial states."""
+
+
+def draw_initial_states(env: BatchedEnv, count: int, seed: int) -> torch.Tensor:
+    """``count`` simulator states [count, S] from ``env``'s reset distribution, reseeded with
+    ``seed`` (``env.num_envs`` per reset)."""
+    rows, total = [], 0
+    env.reset(seed=seed)
+    while True:
+        rows.append(env.get_state().cpu())
+        total += rows[-1].shape[0]
+        if total >= count:
+            return torch.cat(rows)[:count].clone()
+        env.reset()
+
+
+def rollout_from_states(env: BatchedEnv, states: torch.Tensor, horizon: int,
+                        act: Callable[[Obs], torch.Tensor], device: torch.device,
+                        on_step: Callable[[StepOut], None] | None = None
+                        ) -> dict[str, torch.Tensor]:
+    """Restore ``states`` [N, S] into the N worlds, run each to the end of its first episode
+    (at most ``horizon`` steps) with ``act`` and return per world ``return`` [N] float64,
+    ``length`` [N] long, ``success`` [N] bool (``info["success"]`` at the episode's last step;
+    absent when the task defines none) and ``steps`` [] (steps simulated, summed over worlds).
+    ``on_step`` sees every step's output (the learner records it)."""
+    env.set_state(states)
+    obs = obs_to(env.observe(), device)
+    n = env.num_envs
+    alive = torch.ones(n, dtype=torch.bool, device=device)
+    ret = torch.zeros(n, dtype=torch.float64, device=device)
+    length = torch.zeros(n, dtype=torch.long, device=device)
+    success = torch.zeros(n, dtype=torch.bool, device=device) if env.spec.has_success else None
+    steps = 0
+    for _ in range(horizon):
+        out = env.step(act(obs))
+        if on_step is not None:
+            on_step(out)
+        ret += out.reward.to(device, torch.float64) * alive
+        length += alive
+        if success is not None:
+            success = torch.where(alive, out.info["success"].to(device), success)
+        alive &= ~(out.terminated | out.truncated).to(device)
+        obs = obs_to(out.obs, device)
+        steps += n
+        if not bool(alive.any()):  # one host read per step: rounds end with their episodes
+            break
+    result = {"return": ret, "length": length, "steps": torch.tensor(steps)}
+    if success is not None:
+        result["success"] = success
+    return result
+
+
+class GroupEvaluator:
+    """Deterministic full episodes from the test states and as many train states, reported
+    apart; any learner (``act_deterministic``) can be evaluated on a run's states this way.
+
+    Attributes:
+        select: the metric ``best.pt`` is chosen on (train states, never test).
+        last: the latest result: ``return_mean`` ... of the train states, ``test_*`` of the test
+            states, or None.
+    """
+
+    def __init__(self, env: BatchedEnv, states: dict[str, torch.Tensor], device: torch.device,
+                 outcome: str = "return") -> None:
+        """Args: ``env`` the worlds to run in (states go in chunks of ``env.num_envs``);
+        ``states`` ``{"train": [K, S], "test": [K', S]}``; ``outcome`` selects ``best.pt``."""
+        self.env, self.states, self.device = env, states, device
+        self.select = f"eval/train/{outcome}"
+        self.last: dict[str, float] | None = None
+
+    def _split(self, learner: Any, states: torch.Tensor) -> dict[str, float]:
+        env, n = self.env, self.env.num_envs
+        parts: list[dict[str, torch.Tensor]] = []
+        for chunk in states.split(n):
+            padded = torch.cat([chunk, chunk[-1:].expand(n - len(chunk), -1)])  # fill the worlds
+            out = rollout_from_states(env, padded, env.spec.max_episode_steps,
+                                      learner.act_deterministic, self.device)
+            parts.append({k: v[: len(chunk)] for k, v in out.items() if k != "steps"})
+        ret = torch.cat([p["return"] for p in parts])
+        result = {"return_mean": ret.mean().item(), "return_std": ret.std(unbiased=False).item(),
+                  "length_mean": torch.cat([p["length"] for p in parts]).double().mean().item(),
+                  "episodes": len(ret)}
+        if "success" in parts[0]:
+            result["success"] = torch.cat([p["success"] for p in parts]).double().mean().item()
+        return result
+
+    def __call__(self, learner: Any) -> dict[str, float]:
+        train = self._split(learner, self.states["train"][: len(self.states["test"])])
+        test = self._split(learner, self.states["test"])
+        self.last = {**train, **{f"test_{k}": v for k, v in test.items()}}
+        metrics = {}
+        for split, result in (("train", train), ("test", test)):
+            metrics[f"eval/{split}/return"] = result["return_mean"]
+            metrics[f"eval/{split}/length"] = result["length_mean"]
+            if "success" in result:
+                metrics[f"eval/{split}/success"] = result["success"]
+        return metrics
+
+
+class GroupRunner(Runner):
+    """Rounds of group rollouts until the learner's batch is full, then an update."""
+
+    alg: GroupAlgorithm
+
+    def __init__(self, env: BatchedEnv, alg: GroupAlgorithm, settings: RunnerSettings,
+                 device: torch.device, make_eval_env: Callable[[], BatchedEnv] | None = None,
+                 config: dict[str, Any] | None = None) -> None:
+        super().__init__(env, alg, settings, device, None, config)
+        cfg, n = alg.cfg, env.num_envs
+        if n % cfg.group_size:
+            raise ValueError(f"num_envs ({n}) must be a multiple of algo.group_size "
+                             f"({cfg.group_size})")
+        groups = n // cfg.group_size
+        if cfg.train_states < groups:
+            raise ValueError(f"algo.train_states ({cfg.train_states}) must be at least the "
+                             f"groups per round, num_envs / group_size = {groups}")
+        if cfg.outcome == "success" and not env.spec.has_success:
+            from robotrl.envs import list_tasks
+            from robotrl.envs.registry import task_class
+
+            with_success = [t for t in list_tasks() if task_class(t).has_success]
+            raise ValueError(f"algo.outcome=success but task {env.spec.task!r} defines no "
+                             f"success criterion (tasks that do: {with_success}); use "
+                             "algo.outcome=return")
+        try:
+            env.get_state()
+        except NotImplementedError as err:
+            raise ValueError(f"the group runner restores simulator snapshots: {err} "
+                             "(use backend=mujoco)") from None
+        self.horizon: int = alg.horizon
+        self.states = self._initial_states(Path(settings.run_dir) / STATES_FILE)
+        """``{"train": [K, S], "test": [K', S]}`` float64 simulator states."""
+        self.generator = torch.Generator().manual_seed(derive_seed(settings.seed, "group-draws"))
+        """Draws each round's initial states from the train set (saved in checkpoints)."""
+        self.evaluator = GroupEvaluator(self.env, self.states, device, cfg.outcome)
+
+    def _initial_states(self, path: Path) -> dict[str, torch.Tensor]:
+        """The run's train and test states: read from ``path`` (a resumed or repeated run),
+        else drawn and written there atomically."""
+        cfg, seed, task = self.alg.cfg, self.settings.seed, self.env.spec.task
+        if path.exists():
+            try:
+                saved = load_checkpoint(path, required=("train", "test", "task", "seed"))
+            except CheckpointError as err:
+                raise ValueError(f"{err}; delete it to draw the initial states again") from None
+            shapes = (tuple(saved["train"].shape), tuple(saved["test"].shape))
+            expected = ((cfg.train_states, saved["train"].shape[1]),
+                        (cfg.test_states, saved["train"].shape[1]))
+            if (saved["task"], saved["seed"]) != (task, seed) or shapes != expected:
+                raise ValueError(f"{path} holds {shapes} states of task {saved['task']!r}, seed "
+                                 f"{saved['seed']}; this run needs {expected} of {task!r}, seed "
+                                 f"{seed}: use another run_dir")
+            return {"train": saved["train"], "test": saved["test"]}
+        train = draw_initial_states(self.env, cfg.train_states,
+                                    derive_seed(seed, "group-train-states"))
+        test = draw_initial_states(self.env, cfg.test_states,
+                                   derive_seed(seed, "group-test-states"))
+        if bool((torch.cdist(train, test) == 0).any()):
+            raise RuntimeError("train and test initial states overlap; the task's reset "
+                               "distribution is too narrow for disjoint sets")
+        save_checkpoint(path, {"train": train, "test": test, "task": task, "seed": seed})
+        return {"train": train, "test": test}
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"group_generator": self.generator.get_state()}
+
+    def _load_extra_state(self, ckpt: dict[str, Any]) -> None:
+        self.generator.set_state(ckpt["group_generator"])
+
+    def _round(self) -> dict[str, torch.Tensor]:
+        """One round: M train states drawn without replacement, G worlds each, to their ends."""
+        g, alg = self.alg.cfg.group_size, self.alg
+        m = self.env.num_envs // g
+        pick = torch.randperm(len(self.states["train"]), generator=self.generator)[:m]
+        states = self.states["train"][pick].repeat_interleave(g, dim=0)
+        device = self.device
+
+        def record(out: StepOut) -> None:
+            alg.process_env_step(out.reward.to(device), out.terminated.to(device),
+                                 out.truncated.to(device), obs_to(out.info["final_obs"], device))
+
+        return rollout_from_states(self.env, states, self.horizon, alg.act, device, record)
+
+    def _iteration(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        rounds: list[dict[str, torch.Tensor]] = []
+        with torch.inference_mode():
+            ready = False
+            while not ready:
+                out = self._round()
+                rounds.append(out)
+                outcome = (out["success"].float() if self.alg.cfg.outcome == "success"
+                           else out["return"])
+                ready = self.alg.end_round(outcome)
+        t1 = time.perf_counter()
+        metrics = self.alg.update(progress=self.global_step / self.settings.total_steps)
+        t2 = time.perf_counter()
+        steps = sum(int(r["steps"]) for r in rounds)
+        self.iteration += 1
+        self.global_step += steps
+        ret = torch.cat([r["return"] for r in rounds])
+        metrics.update({
+            "rollout/return": ret.mean().item(),
+            "rollout/length": torch.cat([r["length"] for r in rounds]).double().mean().item(),
+            "perf/sps": steps / (t2 - t0), "perf/collect_s": t1 - t0, "perf/update_s": t2 - t1,
+        })
+        if "success" in rounds[0]:
+            metrics["rollout/success"] = torch.cat(
+                [r["success"] for r in rounds]).double().mean().item()
+        return metrics
