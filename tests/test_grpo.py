@@ -268,6 +268,14 @@ def test_grpo_fine_tunes_another_runs_actor(tmp_path: Path) -> None:
     saved_cfg, saved = load_run(str(runner.checkpoint_path))
     restored = build_algo(saved_cfg, runner.env.spec, saved["algo"])
     torch.testing.assert_close(restored.act_deterministic(obs), runner.alg.act_deterministic(obs))
+    # and it exports like any run (parity with torch checked inside export_main)
+    from robotrl.cli.export import export_main
+    from robotrl.sim2real.export import read_metadata
+
+    out = tmp_path / "grpo.onnx"
+    export_main([f"checkpoint={runner.checkpoint_path}", "format=onnx", f"out={out}",
+                 "num_obs=200"])
+    assert read_metadata(out)["algo"] == "grpo"
     with pytest.raises(ValueError, match="algo=ppo cannot start from init=; algorithms that "
                                          r"can: \['grpo'\]"):
         build_runner(from_dict(TrainConfig, {**_ppo_dict(ppo), "init": ckpt}))
