@@ -360,12 +360,8 @@ class GRPO:
             NonFiniteError: a loss or gradient is NaN/Inf (before that optimizer step).
         """
         cfg, b = self.cfg, self._filled * self.cfg.group_size
-        info = {"train/groups": float(self._filled), "train/draws": float(self._draws),
-                "train/informative": self._informative / max(self._drawn_groups, 1),
-                "train/action_std": float(self.policy.log_std.detach().exp().mean())}
         if b == 0:
-            self._clear_batch()
-            return info
+            return self._end_batch()
         batch = {k: v[:b] for k, v in self._batch.items()}
         size = -(-b // cfg.num_minibatches)
         rows: list[torch.Tensor] = []
@@ -401,9 +397,15 @@ class GRPO:
             *means, ok = torch.cat([torch.stack(rows).mean(0), finite.all()[None]]).tolist()
         if not ok:
             raise NonFiniteError("GRPO parameters became NaN/Inf during the update")
-        self._clear_batch()
-        return {**dict(zip(keys, means, strict=True)), **info,
+        return {**dict(zip(keys, means, strict=True)), **self._end_batch()}
+
+    def _end_batch(self) -> dict[str, float]:
+        """The batch's sampling metrics and the policy's std; the batch is cleared."""
+        info = {"train/groups": float(self._filled), "train/draws": float(self._draws),
+                "train/informative": self._informative / max(self._drawn_groups, 1),
                 "train/action_std": float(self.policy.log_std.detach().exp().mean())}
+        self._clear_batch()
+        return info
 
     def export_actor(self) -> DeterministicActor:
         """Frozen copy of ``act_deterministic`` for sim2real export."""

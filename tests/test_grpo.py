@@ -167,7 +167,7 @@ def test_g_worlds_restored_from_one_snapshot_start_identical() -> None:
     assert torch.equal(obs, first[2:3].expand(6, -1))
     gen = torch.Generator().manual_seed(0)
     act = torch.rand(1, 2, generator=gen).expand(6, 2) * 2 - 1
-    out = rollout_from_states(env, state, 50, lambda o: act, torch.device("cpu"))
+    out = rollout_from_states(env, state, 50, lambda o: act)
     assert out["return"].unique().numel() == 1 and out["length"].tolist() == [50] * 6
     assert out["success"].dtype == torch.bool and int(out["steps"]) == 300
 

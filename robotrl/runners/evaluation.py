@@ -12,26 +12,31 @@ PolicyFn = Callable[[Obs], torch.Tensor]
 """Observation (every group of the env) -> action [N, act_dim]."""
 
 
-def evaluate(policy: PolicyFn, env: BatchedEnv, seed: int = 0,
-             on_step: Callable[[BatchedEnv, StepOut], None] | None = None,
-             gamma: float | None = None) -> dict[str, float]:
-    """Run the first episode of every world of ``env`` to its end with ``policy``.
+def run_episodes(env: BatchedEnv, obs: Obs, policy: PolicyFn, max_steps: int | None = None,
+                 on_step: Callable[[BatchedEnv, StepOut], None] | None = None,
+                 gamma: float | None = None) -> dict[str, torch.Tensor]:
+    """From ``obs``, every world at the start of an episode, run each world's episode to its
+    end (at most ``max_steps`` steps) with ``policy``; worlds that finish early keep stepping
+    (auto-reset) but no longer count.
 
     Taking exactly one episode per world avoids the bias toward short episodes that counting
-    the first K finished episodes of a batch has. ``on_step`` (e.g. a frame grabber) is called
-    after every step with the env and the step's output. Returns ``return_mean``, ``return_std``,
-    ``length_mean``, ``episodes``; with ``gamma`` also ``discounted_return_mean`` and
-    ``discounted_return_std`` (what off-policy evaluation estimates, ``robotrl.ope``).
+    the first K finished episodes of a batch has. ``on_step`` (a frame grabber, a learner
+    recording the step) is called after every step with the env and the step's output.
+
+    Returns per world, on ``env.device``: ``return`` [N] float64, ``length`` [N] long;
+    ``discounted_return`` [N] with ``gamma``; ``success`` [N] bool (``info["success"]`` at the
+    episode's last step) where ``env.spec.has_success``; and ``steps`` [] (steps simulated,
+    summed over worlds).
     """
-    obs = env.reset(seed=seed)
     n = env.num_envs
     ret = torch.zeros(n, dtype=torch.float64, device=env.device)
     length = torch.zeros(n, dtype=torch.long, device=env.device)
     finished = torch.zeros(n, dtype=torch.bool, device=env.device)
     disc = torch.zeros_like(ret)
-    weight = 1.0
+    success = torch.zeros_like(finished) if env.spec.has_success else None
+    weight, steps = 1.0, 0
     with torch.inference_mode():
-        while not bool(finished.all()):
+        while not bool(finished.all()) and (max_steps is None or steps < max_steps):
             out = env.step(policy(obs))
             running = ~finished
             reward = out.reward.to(torch.float64) * running
@@ -40,17 +45,47 @@ def evaluate(policy: PolicyFn, env: BatchedEnv, seed: int = 0,
                 disc += weight * reward
                 weight *= gamma
             length += running.long()
+            if success is not None:
+                success = torch.where(running, out.info["success"], success)
             finished |= out.terminated | out.truncated
             obs = out.obs
+            steps += 1
             if on_step is not None:
                 on_step(env, out)
+    result = {"return": ret, "length": length, "steps": torch.tensor(steps * n)}
+    if gamma is not None:
+        result["discounted_return"] = disc
+    if success is not None:
+        result["success"] = success
+    return result
+
+
+def summarize_episodes(episodes: dict[str, torch.Tensor]) -> dict[str, float]:
+    """``return_mean``, ``return_std``, ``length_mean``, ``episodes`` of ``run_episodes``'
+    result, and ``discounted_return_mean``/``_std`` and ``success`` (the rate) where present."""
+    ret = episodes["return"]
     result = {
         "return_mean": ret.mean().item(),
         "return_std": ret.std(unbiased=False).item(),
-        "length_mean": length.double().mean().item(),
-        "episodes": n,
+        "length_mean": episodes["length"].double().mean().item(),
+        "episodes": len(ret),
     }
-    if gamma is not None:
-        result["discounted_return_mean"] = disc.mean().item()
-        result["discounted_return_std"] = disc.std(unbiased=False).item()
+    if "discounted_return" in episodes:
+        result["discounted_return_mean"] = episodes["discounted_return"].mean().item()
+        result["discounted_return_std"] = episodes["discounted_return"].std(unbiased=False).item()
+    if "success" in episodes:
+        result["success"] = episodes["success"].double().mean().item()
     return result
+
+
+def evaluate(policy: PolicyFn, env: BatchedEnv, seed: int = 0,
+             on_step: Callable[[BatchedEnv, StepOut], None] | None = None,
+             gamma: float | None = None) -> dict[str, float]:
+    """Run the first episode of every world of ``env`` (reset with ``seed``) to its end with
+    ``policy`` (``run_episodes``). Returns ``return_mean``, ``return_std``, ``length_mean``,
+    ``episodes``; with ``gamma`` also ``discounted_return_mean`` and ``discounted_return_std``
+    (what off-policy evaluation estimates, ``robotrl.ope``).
+    """
+    episodes = run_episodes(env, env.reset(seed=seed), policy, on_step=on_step, gamma=gamma)
+    episodes.pop("success", None)  # the report of `robotrl eval` and runs: returns and lengths
+    return summarize_episodes(episodes)

@@ -25,6 +25,7 @@ import torch
 from robotrl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from robotrl.envs.base import BatchedEnv, Obs, StepOut, obs_to
 from robotrl.runners.base import Runner, RunnerSettings
+from robotrl.runners.evaluation import run_episodes, summarize_episodes
 from robotrl.seeding import derive_seed
 from robotrl.types import GroupAlgorithm
 
@@ -49,39 +50,14 @@ def draw_initial_states(env: BatchedEnv, count: int, seed: int) -> torch.Tensor:
 
 
 def rollout_from_states(env: BatchedEnv, states: torch.Tensor, horizon: int,
-                        act: Callable[[Obs], torch.Tensor], device: torch.device,
-                        on_step: Callable[[StepOut], None] | None = None
+                        act: Callable[[Obs], torch.Tensor],
+                        on_step: Callable[[BatchedEnv, StepOut], None] | None = None
                         ) -> dict[str, torch.Tensor]:
-    """Restore ``states`` [N, S] into the N worlds, run each to the end of its first episode
-    (at most ``horizon`` steps) with ``act`` and return per world ``return`` [N] float64,
-    ``length`` [N] long, ``success`` [N] bool (``info["success"]`` at the episode's last step;
-    absent when the task defines none) and ``steps`` [] (steps simulated, summed over worlds).
-    ``on_step`` sees every step's output (the learner records it)."""
+    """Restore ``states`` [N, S] into the N worlds and run each to the end of its first episode
+    (at most ``horizon`` steps) with ``act``: ``run_episodes``' per-world ``return``,
+    ``length``, ``success`` (where the task defines it) and ``steps``."""
     env.set_state(states)
-    obs = obs_to(env.observe(), device)
-    n = env.num_envs
-    alive = torch.ones(n, dtype=torch.bool, device=device)
-    ret = torch.zeros(n, dtype=torch.float64, device=device)
-    length = torch.zeros(n, dtype=torch.long, device=device)
-    success = torch.zeros(n, dtype=torch.bool, device=device) if env.spec.has_success else None
-    steps = 0
-    for _ in range(horizon):
-        out = env.step(act(obs))
-        if on_step is not None:
-            on_step(out)
-        ret += out.reward.to(device, torch.float64) * alive
-        length += alive
-        if success is not None:
-            success = torch.where(alive, out.info["success"].to(device), success)
-        alive &= ~(out.terminated | out.truncated).to(device)
-        obs = obs_to(out.obs, device)
-        steps += n
-        if not bool(alive.any()):  # one host read per step: rounds end with their episodes
-            break
-    result = {"return": ret, "length": length, "steps": torch.tensor(steps)}
-    if success is not None:
-        result["success"] = success
-    return result
+    return run_episodes(env, env.observe(), act, horizon, on_step)
 
 
 class GroupEvaluator:
@@ -103,20 +79,17 @@ class GroupEvaluator:
         self.last: dict[str, float] | None = None
 
     def _split(self, learner: Any, states: torch.Tensor) -> dict[str, float]:
-        env, n = self.env, self.env.num_envs
+        env, n, device = self.env, self.env.num_envs, self.device
+
+        def policy(obs: Obs) -> torch.Tensor:
+            return learner.act_deterministic(obs_to(obs, device)).to(env.device)
+
         parts: list[dict[str, torch.Tensor]] = []
         for chunk in states.split(n):
             padded = torch.cat([chunk, chunk[-1:].expand(n - len(chunk), -1)])  # fill the worlds
-            out = rollout_from_states(env, padded, env.spec.max_episode_steps,
-                                      learner.act_deterministic, self.device)
+            out = rollout_from_states(env, padded, env.spec.max_episode_steps, policy)
             parts.append({k: v[: len(chunk)] for k, v in out.items() if k != "steps"})
-        ret = torch.cat([p["return"] for p in parts])
-        result = {"return_mean": ret.mean().item(), "return_std": ret.std(unbiased=False).item(),
-                  "length_mean": torch.cat([p["length"] for p in parts]).double().mean().item(),
-                  "episodes": len(ret)}
-        if "success" in parts[0]:
-            result["success"] = torch.cat([p["success"] for p in parts]).double().mean().item()
-        return result
+        return summarize_episodes({k: torch.cat([p[k] for p in parts]) for k in parts[0]})
 
     def __call__(self, learner: Any) -> dict[str, float]:
         train = self._split(learner, self.states["train"][: len(self.states["test"])])
@@ -140,11 +113,8 @@ class GroupRunner(Runner):
                  device: torch.device, make_eval_env: Callable[[], BatchedEnv] | None = None,
                  config: dict[str, Any] | None = None) -> None:
         super().__init__(env, alg, settings, device, None, config)
-        cfg, n = alg.cfg, env.num_envs
-        if n % cfg.group_size:
-            raise ValueError(f"num_envs ({n}) must be a multiple of algo.group_size "
-                             f"({cfg.group_size})")
-        groups = n // cfg.group_size
+        cfg = alg.cfg
+        groups = env.num_envs // cfg.group_size  # the learner checked the division
         if cfg.train_states < groups:
             raise ValueError(f"algo.train_states ({cfg.train_states}) must be at least the "
                              f"groups per round, num_envs / group_size = {groups}")
@@ -209,11 +179,14 @@ class GroupRunner(Runner):
         states = self.states["train"][pick].repeat_interleave(g, dim=0)
         device = self.device
 
-        def record(out: StepOut) -> None:
+        def act(obs: Obs) -> torch.Tensor:
+            return alg.act(obs_to(obs, device)).to(self.env.device)
+
+        def record(env: BatchedEnv, out: StepOut) -> None:
             alg.process_env_step(out.reward.to(device), out.terminated.to(device),
                                  out.truncated.to(device), obs_to(out.info["final_obs"], device))
 
-        return rollout_from_states(self.env, states, self.horizon, alg.act, device, record)
+        return rollout_from_states(self.env, states, self.horizon, act, record)
 
     def _iteration(self) -> dict[str, float]:
         t0 = time.perf_counter()
