@@ -94,6 +94,36 @@ class EnvSpec:
         return total
 
 
+    def flat_width(self, names: tuple[str, ...] | list[str]) -> int:
+        """Width of the groups ``names`` flattened per world and concatenated (any dtype)."""
+        return sum(self._group(n).numel() for n in names)
+
+    def _group(self, name: str) -> torch.Size:
+        if name not in self.observations:
+            raise ValueError(f"observation group {name!r} is not in this env "
+                             f"({self.task or 'env'}); available: {list(self.observations)}")
+        return torch.Size(self.observations[name].shape)
+
+    def unflatten(self, flat: torch.Tensor, names: tuple[str, ...] | list[str]) -> Obs:
+        """The groups ``names`` from ``flat`` [B, flat_width(names)] (``flatten_groups``'
+        layout), each [B, *shape] in its own dtype."""
+        out, offset = {}, 0
+        for name in names:
+            shape = self._group(name)
+            part = flat[:, offset: offset + shape.numel()]
+            dtype = self.observations[name].dtype
+            part = part if dtype.is_floating_point else part.round()
+            out[name] = part.reshape(len(flat), *shape).to(dtype)
+            offset += shape.numel()
+        return out
+
+
+def flatten_groups(obs: Obs, names: tuple[str, ...] | list[str]) -> torch.Tensor:
+    """[N, W] float32: the groups ``names`` of ``obs`` flattened per world and concatenated in
+    that order (how datasets store observations with images or instruction tokens)."""
+    return torch.cat([obs[n].reshape(len(obs[n]), -1).float() for n in names], dim=1)
+
+
 class StepOut(NamedTuple):
     """What ``BatchedEnv.step`` returns; every tensor has leading dimension N = num_envs."""
 

@@ -37,7 +37,8 @@ from robotrl.envs.randomizer import BatchRandomizer, RandomizedEnv, randomizatio
 from robotrl.envs.tasks.base import MujocoTask
 
 OBSERVATIONS: tuple[str, ...] = ("policy", "privileged")
-"""Observation groups this backend can return."""
+"""Observation groups this backend returns for every task (a task may add its own:
+``MujocoTask.observation_groups``, e.g. ``tokens`` and the camera's ``image``)."""
 
 _STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
 # warnings after which MuJoCo has auto-reset the world: the physics went unstable
@@ -46,8 +47,10 @@ assert _UNSTABLE.stop - _UNSTABLE.start == 3  # BADQPOS, BADQVEL, BADQACC are ad
 
 
 def _full_physics_columns(batch: Batch) -> np.ndarray:
-    """Columns of ``batch.state`` that make up ``mjSTATE_FULLPHYSICS``, in ``mj_getState`` order."""
-    full = int(mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    """Columns of ``batch.state`` that make up ``mjSTATE_FULLPHYSICS`` and ``USERDATA`` (a
+    task's episode variables, e.g. the instruction; empty for most tasks), in ``mj_getState``
+    order."""
+    full = int(mujoco.mjtState.mjSTATE_FULLPHYSICS) | int(mujoco.mjtState.mjSTATE_USERDATA)
     cols: list[np.ndarray] = []
     for bit in range(full.bit_length()):
         if full & (1 << bit):
@@ -108,10 +111,12 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        unknown = set(observations) - set(OBSERVATIONS)
+        extra = task.observation_groups()
+        available = (*OBSERVATIONS, *extra)
+        unknown = set(observations) - set(available)
         if unknown or "policy" not in observations:
             raise ValueError(f"observations must include 'policy' and be among "
-                             f"{list(OBSERVATIONS)}, got {list(observations)}")
+                             f"{list(available)} (task {task.name!r}), got {list(observations)}")
         self.task = task
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -131,7 +136,8 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             self._scratch = mujoco.MjData(self.model)
         low, high = task.action_bounds()
         privileged = len(task.root_dofs) + self.model.nbody + self.model.ngeom
-        groups = {"policy": ObsSpec((task.obs_dim,)), "privileged": ObsSpec((privileged,))}
+        groups = {"policy": ObsSpec((task.obs_dim,)), "privileged": ObsSpec((privileged,)),
+                  **{k: ObsSpec(shape, dtype) for k, (shape, dtype) in extra.items()}}
         self.spec = EnvSpec(
             obs_dim=task.obs_dim,
             action_dim=self.model.nu,
@@ -140,7 +146,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             control_dt=task.dt,
             max_episode_steps=task.cfg.max_episode_steps,
             reward_terms=task.reward_terms,
-            observations={g: groups[g] for g in OBSERVATIONS if g in observations},
+            observations={g: groups[g] for g in available if g in observations},
             task=task.name,
             has_success=task.has_success,
         )
@@ -152,6 +158,14 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         # properly reset at the next step
         self._pending_unstable = np.zeros(num_envs, dtype=bool)
         self._seed = seed
+        self._extra = [g for g in extra if g in observations]
+        self._camera = None
+        if "image" in self._extra:
+            from robotrl.envs.camera import RayCamera
+
+            _, height, width = extra["image"][0]
+            self._camera = RayCamera(self.model, task.camera, width, height)
+        self._userdata = self.batch.bind("userdata")
         self._dr: BatchRandomizer | None = None
         dr_cfg = resolve(randomization)
         if dr_cfg.enabled():
@@ -182,6 +196,8 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         self.batch.reset(ids, stage=_STAGE_NONE)
         self._qpos[ids] = qpos.numpy()
         self._qvel[ids] = qvel.numpy()
+        if self.task.num_userdata:
+            self._userdata[ids] = self.task.reset_userdata(len(ids), self._gen).numpy()
         self.batch.forward(ids)  # as Gymnasium's set_state: mj_forward at the new state
         self._after_reset(ids)
         self._pending_unstable[ids] = False
@@ -229,6 +245,13 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             # reach a normalizer (as end_unstable does for the policy group)
             obs["privileged"] = self._out(torch.nan_to_num(torch.cat([
                 self.task.privileged(self.sim), *self._physics_features()], dim=1)))
+        for name in self._extra:
+            if name == "image":
+                assert self._camera is not None
+                value = self._camera.render(self.batch, self.task.geom_colors(self.sim))
+            else:
+                value = self.task.observe_group(name, self.sim)
+            obs[name] = value.to(self.device)
         return obs
 
     def _physics_features(self) -> tuple[torch.Tensor, torch.Tensor]:

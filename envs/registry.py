@@ -37,6 +37,7 @@ _TASKS: dict[str, str] = {
     "inverted_double_pendulum": "inverted_double_pendulum:InvertedDoublePendulum",
     "reacher": "reacher:Reacher",
     "swimmer": "swimmer:Swimmer",
+    "tabletop": "tabletop:Tabletop",
 }
 
 

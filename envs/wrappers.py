@@ -182,6 +182,63 @@ class ClipAction(Wrapper):
         return self.env.step(torch.clamp(action, low, high))
 
 
+class ActionChunks(Wrapper):
+    """One step takes a chunk of K actions, [N, K * A], and applies them over K control steps
+    (action chunking, Zhao et al. 2023; the decision rate of token policies).
+
+    The chunk's reward is the sum of its steps' rewards; an episode that ends inside a chunk
+    reports that step's ``final_obs``, reward terms and ``success``, and its world runs the rest
+    of the chunk in its next episode. Episodes stay aligned to chunks when the episode limit is
+    a multiple of K and the task does not terminate early (tabletop): then every chunk
+    belongs to one episode.
+    """
+
+    def __init__(self, env: BatchedEnv, chunk: int) -> None:
+        super().__init__(env)
+        spec = env.spec
+        if chunk < 1 or spec.max_episode_steps % chunk:
+            raise ValueError(f"the action chunk ({chunk}) must be >= 1 and divide the episode "
+                             f"limit ({spec.max_episode_steps} steps of task {spec.task!r})")
+        self.chunk = chunk
+        self._spec = dataclasses.replace(
+            spec, action_dim=spec.action_dim * chunk, action_low=spec.action_low.repeat(chunk),
+            action_high=spec.action_high.repeat(chunk), control_dt=spec.control_dt * chunk,
+            max_episode_steps=spec.max_episode_steps // chunk)
+
+    @property
+    def spec(self) -> EnvSpec:  # type: ignore[override]
+        return self._spec
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        check_action(action, self._spec, self.num_envs)
+        steps = action.reshape(self.num_envs, self.chunk, -1)
+        alive = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        reward = torch.zeros(self.num_envs, device=self.device)
+        terminated, truncated = torch.zeros_like(alive), torch.zeros_like(alive)
+        final: Obs = {}
+        terms: dict[str, torch.Tensor] = {}
+        success: torch.Tensor | None = None
+        for i in range(self.chunk):
+            out = self.env.step(steps[:, i])
+            reward += out.reward * alive
+            for k, v in out.info["reward_terms"].items():
+                terms[k] = terms.get(k, torch.zeros_like(v)) + v * alive
+            ends = alive & (out.terminated | out.truncated)
+            last = ends | alive if i == self.chunk - 1 else ends
+            terminated |= out.terminated & alive
+            truncated |= out.truncated & alive
+            final = {k: torch.where(last.reshape(-1, *[1] * (v.dim() - 1)), v, final[k])
+                     if k in final else v for k, v in out.info["final_obs"].items()}
+            if "success" in out.info:
+                s = out.info["success"]
+                success = s if success is None else torch.where(last, s, success)
+            alive &= ~ends
+        info = {**out.info, "final_obs": final, "reward_terms": terms}
+        if success is not None:
+            info["success"] = success
+        return StepOut(out.obs, reward, terminated, truncated, info)
+
+
 def finished_episodes(episodes: list[dict[str, torch.Tensor]]) -> tuple[list[float], list[int]]:
     """Returns and lengths of the episodes that ended in ``episodes`` (``info["episode"]`` of
     consecutive steps), in step order then world order. One host synchronization for all."""

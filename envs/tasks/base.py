@@ -140,6 +140,33 @@ class MujocoTask(ABC):
         """[N] bool: terminal states. Default: never."""
         return torch.zeros(sim.num_envs, dtype=torch.bool)
 
+    camera: ClassVar[str | None] = None
+    """MuJoCo camera of the ``image`` observation group (rendered by the backend), or None."""
+
+    def observation_groups(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+        """Observation groups beyond ``policy`` and ``privileged``: name -> (per-world shape,
+        dtype), e.g. ``{"tokens": ((8,), torch.long), "image": ((3, 32, 32), torch.uint8)}``.
+        ``image`` is rendered by the backend from ``camera`` with ``geom_colors``; the others
+        come from ``observe_group``."""
+        return {}
+
+    def observe_group(self, name: str, sim: Sim) -> torch.Tensor:
+        """[N, *shape] values of the extra group ``name`` (not ``image``)."""
+        raise NotImplementedError(f"task {self.name!r} has no observation group {name!r}")
+
+    def geom_colors(self, sim: Sim) -> torch.Tensor:
+        """[N, ngeom, 3] float32 geom colours the ``image`` camera shades (default: the
+        model's)."""
+        rgba = torch.as_tensor(self.model.geom_rgba[:, :3].copy(), dtype=torch.float32)
+        return rgba.expand(sim.num_envs, -1, -1)
+
+    num_userdata: ClassVar[int] = 0
+    """Episode variables kept in MjData's ``userdata`` (part of snapshots), drawn at reset."""
+
+    def reset_userdata(self, n: int, gen: torch.Generator) -> torch.Tensor:
+        """[n, num_userdata] float64 episode variables of ``n`` fresh episodes."""
+        return torch.zeros(n, 0, dtype=torch.float64)
+
     has_success: ClassVar[bool] = False
     """The task defines ``success`` (reported as ``info["success"]``)."""
 
