@@ -36,12 +36,13 @@ from robotrl.algos.optim import GradientStep, NonFiniteError, adam
 from robotrl.algos.pg_core import AGGREGATIONS, aggregate, kl_k3, policy_loss
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.nn.policy import GaussianPolicy
-from robotrl.types import Obs, policy_obs
+from robotrl.types import Obs
 
 if TYPE_CHECKING:
-    from robotrl.envs.base import EnvSpec
+    from robotrl.envs.base import EnvSpec, ObsSpec
     from robotrl.nn.actor import DeterministicActor
     from robotrl.types import BuildContext
+    from robotrl.vla.policy import TokenPolicy
 
 OUTCOMES: tuple[str, ...] = ("return", "success")
 """What a rollout is scored by: its undiscounted return, or ``info["success"]`` at its end."""
@@ -196,20 +197,33 @@ def informative_groups(outcome: torch.Tensor) -> torch.Tensor:
 
 
 class GRPO:
-    """GRPO with a Gaussian policy; see the module docstring for the call protocol.
+    """GRPO with a Gaussian policy or a token policy (``robotrl.vla``); see the module
+    docstring for the call protocol.
+
+    Both expose ``sample``/``evaluate``/``deterministic`` over observation groups; a Gaussian
+    policy has one log-probability per action, a token policy one per action token, and the
+    ``step`` ratio is taken per token (the batch's log-probabilities are [B, T, L], flattened
+    to [B, T * L] for the loss).
 
     Attributes:
-        policy: the ``GaussianPolicy`` being trained (raw observations in).
+        policy: the policy being trained (raw observations in).
         ref_policy: frozen copy of the initial policy (the KL reference).
         horizon: T, steps of a round.
         generator: drives action sampling and minibatch shuffling.
     """
 
+    token_policies = True
+    """Trains token policies too (``policy=vla``)."""
+
     def __init__(self, obs_dim: int, action_low: torch.Tensor, action_high: torch.Tensor,
                  num_envs: int, horizon: int, cfg: GRPOConfig | None = None,
-                 device: str | torch.device = "cpu", seed: int | None = None) -> None:
+                 device: str | torch.device = "cpu", seed: int | None = None,
+                 policy: TokenPolicy | None = None,
+                 obs_specs: dict[str, ObsSpec] | None = None) -> None:
         """Args: ``num_envs`` N = M * G worlds; ``horizon`` T steps per round; ``seed`` of the
-        sampling generator (None: drawn from torch's global RNG after the network init)."""
+        sampling generator (None: drawn from torch's global RNG after the network init);
+        ``policy`` a token policy to train instead of a fresh Gaussian one, reading the groups
+        ``obs_specs`` describes (the env spec's ``observations``)."""
         self.cfg = cfg = cfg if cfg is not None else GRPOConfig()
         if num_envs % cfg.group_size:
             raise ValueError(f"num_envs ({num_envs}) must be a multiple of algo.group_size "
@@ -220,20 +234,31 @@ class GRPO:
         self.action_low = torch.as_tensor(action_low, dtype=torch.float32).to(self.device)
         self.action_high = torch.as_tensor(action_high, dtype=torch.float32).to(self.device)
         self.act_dim = self.action_low.numel()
-        self._set_policy(GaussianPolicy(obs_dim, action_low, action_high, cfg.actor_hidden,
-                                        cfg.activation, "clip", cfg.normalize_obs,
-                                        cfg.init_log_std))
-        self.update_normalizer = cfg.normalize_obs
+        if policy is None:
+            policy = GaussianPolicy(obs_dim, action_low, action_high, cfg.actor_hidden,
+                                    cfg.activation, "clip", cfg.normalize_obs, cfg.init_log_std)
+        self._set_policy(policy)
+        self.update_normalizer = cfg.normalize_obs and policy.normalizer is not None
         """Fold each batch's observations into the normalizer (off for a pretrained policy)."""
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
-        t, n, d, a, dev = self.horizon, num_envs, obs_dim, self.act_dim, self.device
+        t, n, a, dev = self.horizon, num_envs, self.act_dim, self.device
+        shapes = {"policy": ((obs_dim,), torch.float32)}
+        shapes.update({k: (v.shape, v.dtype) for k, v in (obs_specs or {}).items()})
+        missing = [g for g in self.policy.observations if g not in shapes]
+        if missing:
+            raise ValueError(f"the policy reads observation groups {missing} that the env does "
+                             f"not return (it has {list(shapes)})")
+        self.groups: tuple[str, ...] = tuple(self.policy.observations)
+        """Observation groups the policy reads (stored per step)."""
+        tokens = int(getattr(self.policy, "num_tokens", 1))
         # one round [T, N, ...] as collected; the batch [M * G, T, ...] of kept trajectories
-        self._round = {"obs": torch.zeros(t, n, d, device=dev),
+        self._round = {**{f"obs/{g}": torch.zeros(t, n, *shapes[g][0], dtype=shapes[g][1],
+                                                  device=dev) for g in self.groups},
                        "action": torch.zeros(t, n, a, device=dev),
-                       "log_prob": torch.zeros(t, n, device=dev),
+                       "log_prob": torch.zeros(t, n, tokens, device=dev),
                        "valid": torch.zeros(t, n, dtype=torch.bool, device=dev)}
         self._batch = {k: torch.zeros_like(v.transpose(0, 1)) for k, v in self._round.items()}
         self._batch["advantages"] = torch.zeros(n, device=dev)
@@ -248,14 +273,19 @@ class GRPO:
         a round lasts ``cfg.num_steps`` steps, or the episode limit when 0 or longer."""
         limit = spec.max_episode_steps
         horizon = min(cfg.num_steps, limit) if cfg.num_steps else limit
+        policy = None
+        if ctx.policy is not None:
+            from robotrl.registry import build_policy
+
+            policy = build_policy(ctx.policy, spec)
         return cls(spec.obs_dim, spec.action_low, spec.action_high, ctx.num_envs, horizon, cfg,
-                   ctx.device)
+                   ctx.device, policy=policy, obs_specs=spec.observations)
 
     @classmethod
     def observations(cls, cfg: GRPOConfig) -> tuple[str, ...]:
         return ("policy",)
 
-    def _set_policy(self, policy: GaussianPolicy) -> None:
+    def _set_policy(self, policy: GaussianPolicy | TokenPolicy) -> None:
         """Train ``policy`` from here: it becomes the KL reference, with a fresh optimizer."""
         self.policy = policy.to(self.device)
         self.ref_policy = copy.deepcopy(self.policy).requires_grad_(False)
@@ -278,6 +308,25 @@ class GRPO:
         self._set_policy(GaussianPolicy.from_actor(actor, self.cfg.init_log_std))
         self.update_normalizer = False
 
+    def init_from_policy(self, policy: TokenPolicy) -> None:
+        """Start from a trained token policy (BC's): a copy is trained, the original is the KL
+        reference."""
+        if tuple(policy.observations) != self.groups or policy.arch != self.policy.arch:
+            raise ValueError(f"the init policy ({policy.arch.get('kind')}, reading "
+                             f"{list(policy.observations)}) differs from this run's "
+                             f"({self.policy.arch.get('kind')}, {list(self.groups)}): use the "
+                             "same policy= settings as the run it comes from")
+        self._set_policy(copy.deepcopy(policy))
+
+    def _groups(self, obs: Obs | torch.Tensor) -> Obs:
+        """The groups the policy reads, on the learner's device (``policy`` as float32)."""
+        if isinstance(obs, torch.Tensor):
+            obs = {"policy": obs}
+        out = {g: obs[g].to(self.device) for g in self.groups}
+        if "policy" in out:
+            out["policy"] = out["policy"].float()
+        return out
+
     # ------------------------------------------------------------------ collection
     @torch.no_grad()
     def act(self, obs: Obs | torch.Tensor) -> torch.Tensor:
@@ -288,17 +337,19 @@ class GRPO:
         if self._t >= self.horizon:
             raise RuntimeError(f"a round has at most horizon={self.horizon} steps; call "
                                "end_round() first")
-        x = policy_obs(obs).to(self.device, torch.float32)
+        x = self._groups(obs)
         action, log_prob = self.policy.sample(x, self.generator)
         r, t = self._round, self._t
-        r["obs"][t], r["action"][t], r["log_prob"][t] = x, action, log_prob
+        for g in self.groups:
+            r[f"obs/{g}"][t] = x[g]
+        r["action"][t], r["log_prob"][t] = action, log_prob.reshape(self.num_envs, -1)
         self._pending = True
         return torch.clamp(action, self.action_low, self.action_high)
 
     @torch.no_grad()
     def act_deterministic(self, obs: Obs | torch.Tensor) -> torch.Tensor:
         """Mean action [N, A] clipped; records nothing."""
-        return self.policy.deterministic(policy_obs(obs).to(self.device, torch.float32))
+        return self.policy.deterministic(self._groups(obs))
 
     @torch.no_grad()
     def process_env_step(self, reward: torch.Tensor, terminated: torch.Tensor,
@@ -369,29 +420,31 @@ class GRPO:
         for epoch in range(cfg.num_epochs):
             perm = torch.randperm(b, generator=self.generator, device=self.device)
             for i, idx in enumerate(perm.split(size)):
-                valid = batch["valid"][idx]
+                old = batch["log_prob"][idx]
                 # only the valid steps are evaluated (an episode that ends early leaves most of
-                # its round invalid), then spread back to [b, T]
-                obs, action = batch["obs"][idx][valid], batch["action"][idx][valid]
+                # its round invalid), then spread back to [b, T, L] and flattened per token
+                valid = batch["valid"][idx]
+                mask = valid[..., None].expand_as(old)
+                obs = {g: batch[f"obs/{g}"][idx][valid] for g in self.groups}
+                action = batch["action"][idx][valid]
 
-                def spread(values: torch.Tensor, valid: torch.Tensor = valid) -> torch.Tensor:
-                    return torch.zeros(valid.shape, device=self.device).masked_scatter(valid,
-                                                                                       values)
+                def spread(values: torch.Tensor, mask: torch.Tensor = mask) -> torch.Tensor:
+                    return torch.zeros(mask.shape, device=self.device).masked_scatter(
+                        mask, values).flatten(1)
 
-                logp = spread(self.policy.log_prob(obs, action))
-                logp_ref = entropy = None
+                logp, entropy = self.policy.evaluate(obs, action)
+                logp, entropy = spread(logp), spread(entropy)
+                logp_ref = None
                 if cfg.kl_coef > 0:
                     with torch.no_grad():
-                        logp_ref = spread(self.ref_policy.log_prob(obs, action))
-                if cfg.entropy_coef > 0:
-                    entropy = spread(self.policy.entropy(obs))
-                loss, metrics = grpo_loss(logp, batch["log_prob"][idx],
-                                          batch["advantages"][idx], valid, cfg, logp_ref, entropy)
+                        logp_ref = spread(self.ref_policy.evaluate(obs, action)[0])
+                loss, metrics = grpo_loss(logp, old.flatten(1), batch["advantages"][idx],
+                                          mask.flatten(1), cfg, logp_ref, entropy)
                 metrics[self.step.metric] = self.step(loss, f"epoch {epoch}, minibatch {i}")
                 keys = tuple(metrics)
                 rows.append(torch.stack([metrics[k] for k in keys]))
-        if self.update_normalizer and self.policy.normalizer is not None:
-            self.policy.normalizer.update(batch["obs"][batch["valid"]])
+        if self.update_normalizer:
+            self.policy.normalizer.update(batch["obs/policy"][batch["valid"]])
         with torch.no_grad():
             finite = torch.stack([torch.isfinite(p).all() for p in self.policy.parameters()])
             *means, ok = torch.cat([torch.stack(rows).mean(0), finite.all()[None]]).tolist()
@@ -402,13 +455,17 @@ class GRPO:
     def _end_batch(self) -> dict[str, float]:
         """The batch's sampling metrics and the policy's std; the batch is cleared."""
         info = {"train/groups": float(self._filled), "train/draws": float(self._draws),
-                "train/informative": self._informative / max(self._drawn_groups, 1),
-                "train/action_std": float(self.policy.log_std.detach().exp().mean())}
+                "train/informative": self._informative / max(self._drawn_groups, 1)}
+        if isinstance(self.policy, GaussianPolicy):
+            info["train/action_std"] = float(self.policy.log_std.detach().exp().mean())
         self._clear_batch()
         return info
 
     def export_actor(self) -> DeterministicActor:
-        """Frozen copy of ``act_deterministic`` for sim2real export."""
+        """Frozen copy of ``act_deterministic`` for sim2real export (Gaussian policies)."""
+        if not isinstance(self.policy, GaussianPolicy):
+            raise NotImplementedError("token policies decode autoregressively; ONNX/TorchScript "
+                                      "export covers MLP actors only")
         return self.policy.export()
 
     def state_dict(self) -> dict[str, Any]:
@@ -422,8 +479,13 @@ class GRPO:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned; the round and batch start empty."""
         if state["arch"] != self.policy.arch:
-            self._set_policy(GaussianPolicy(self.obs_dim, self.action_low, self.action_high,
-                                            **state["arch"]))
+            if "kind" in state["arch"]:
+                from robotrl.vla import policy_from_arch
+
+                self._set_policy(policy_from_arch(state["arch"]))
+            else:
+                self._set_policy(GaussianPolicy(self.obs_dim, self.action_low,
+                                                self.action_high, **state["arch"]))
         self.policy.load_state_dict(state["policy"])
         self.ref_policy.load_state_dict(state["ref_policy"])
         self.optimizer.load_state_dict(state["optimizer"])

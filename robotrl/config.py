@@ -12,7 +12,15 @@ import typing
 from typing import Any, Union
 
 from robotrl.envs.randomization import RandomizationConfig
-from robotrl.registry import ALGORITHMS, algo_config_class, algo_name
+from robotrl.registry import (
+    ALGORITHMS,
+    POLICIES,
+    MLPPolicyConfig,
+    algo_config_class,
+    algo_name,
+    policy_config_class,
+    policy_name,
+)
 
 
 @dataclasses.dataclass
@@ -55,6 +63,10 @@ class TrainConfig:
     """Algorithm config; its YAML carries ``name`` (one of ALGORITHMS)."""
     env: EnvConfig = dataclasses.field(default_factory=EnvConfig)
     """Task selection."""
+    policy: Any = dataclasses.field(default_factory=MLPPolicyConfig)
+    """Policy family (``configs/policy/``; its YAML carries ``name``, one of POLICIES): ``mlp``
+    (the algorithm's own networks), or ``vla`` (the small VLA transformer); token policies are
+    trained by GRPO and BC."""
     backend: BackendConfig = dataclasses.field(default_factory=BackendConfig)
     """Simulator backend."""
     logger: LoggerConfig = dataclasses.field(default_factory=LoggerConfig)
@@ -163,27 +175,33 @@ def from_dict(cls: type, data: Any, path: str = "") -> Any:
         sub = f"{path}.{key}" if path else key
         if cls is TrainConfig and key == "algo":
             kwargs[key] = _algo_from_dict(value)
+        elif cls is TrainConfig and key == "policy":
+            kwargs[key] = _named_from_dict(value, "policy", list(POLICIES), policy_config_class)
         else:
             kwargs[key] = _check_type(value, hints[key], sub)
     return cls(**kwargs)
 
 
 def _algo_from_dict(value: Any) -> Any:
+    return _named_from_dict(value, "algo", list(ALGORITHMS), algo_config_class)
+
+
+def _named_from_dict(value: Any, key: str, names: list[str], config_class: Any) -> Any:
+    """A registry entry's config from ``{name: ..., fields...}``."""
     if dataclasses.is_dataclass(value):
         return value
     if not isinstance(value, dict) or "name" not in value:
-        raise ValueError(
-            f"algo must be a mapping with a 'name' (one of {list(ALGORITHMS)}), got {value!r}"
-        )
+        raise ValueError(f"{key} must be a mapping with a 'name' (one of {names}), got {value!r}")
     fields = dict(value)
     name = fields.pop("name")
-    return from_dict(algo_config_class(name), fields, "algo")
+    return from_dict(config_class(name), fields, key)
 
 
 def to_dict(cfg: TrainConfig) -> dict[str, Any]:
     """Plain-data form of ``cfg`` (``algo`` carries its ``name``), round-trips via ``from_dict``."""
     out = dataclasses.asdict(cfg)
     out["algo"] = {"name": algo_name(cfg.algo), **dataclasses.asdict(cfg.algo)}
+    out["policy"] = {"name": policy_name(cfg.policy), **dataclasses.asdict(cfg.policy)}
     return out
 
 

@@ -64,6 +64,52 @@ RUNNERS: dict[str, str | type] = {
 """Runner kind -> runner class (``robotrl.runners.base.Runner`` subclass) or ``"module:Class"``."""
 
 
+@dataclasses.dataclass
+class MLPPolicyConfig:
+    """``policy=mlp``: the algorithm's own MLP networks (their widths are ``algo.*`` keys)."""
+
+
+POLICIES: dict[str, tuple[str | type, str | type | None]] = {
+    "mlp": (MLPPolicyConfig, None),
+    "vla": ("robotrl.vla.transformer:VLAConfig", "robotrl.vla.transformer:VLATransformer"),
+}
+"""Policy family name -> (config dataclass, token policy class or None for the algorithm's own
+network). A token policy class is built as ``cls(cfg, image_shape, words, proprio_dim, low,
+high)`` from the env's ``image``, ``tokens`` and ``policy`` groups and one action's bounds."""
+
+
+def policy_config_class(name: str) -> type:
+    """The config dataclass of policy family ``name``; an unknown one fails listing them."""
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; available: {', '.join(POLICIES)}")
+    return resolve(POLICIES[name][0])
+
+
+def policy_name(policy_cfg: Any) -> str:
+    """Registry name of a policy config instance."""
+    for name in POLICIES:
+        if type(policy_cfg) is policy_config_class(name):
+            return name
+    raise ValueError(f"unregistered policy config {type(policy_cfg).__name__}")
+
+
+def build_policy(policy_cfg: Any, spec: Any) -> Any:
+    """The token policy ``policy_cfg`` describes, for an env with ``spec`` whose actions are
+    chunks of ``policy_cfg.chunk`` steps (``robotrl.envs.wrappers.ActionChunks``)."""
+    name = policy_name(policy_cfg)
+    cls = POLICIES[name][1]
+    if cls is None:
+        raise ValueError(f"policy={name} is the algorithm's own network, not a token policy")
+    groups = spec.observations
+    missing = [g for g in ("image", "tokens") if g not in groups]
+    if missing:
+        raise ValueError(f"policy={name} reads the image and instruction groups; task "
+                         f"{spec.task!r} lacks {missing} (tasks with them: tabletop)")
+    act = spec.action_dim // policy_cfg.chunk
+    return resolve(cls)(policy_cfg, tuple(groups["image"].shape), groups["tokens"].shape[0],
+                        spec.obs_dim, spec.action_low[:act], spec.action_high[:act])
+
+
 def register_algorithm(name: str, entry: AlgorithmEntry) -> None:
     """Add algorithm ``name``; its runner kind must be registered already."""
     if entry.runner not in RUNNERS:

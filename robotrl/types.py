@@ -47,6 +47,9 @@ class BuildContext:
     """This process's data-parallel rank."""
     world_size: int = 1
     """Number of data-parallel ranks."""
+    policy: Any = None
+    """A token policy's config (``policy=vla``: ``robotrl.registry.POLICIES``)
+    for learners that train one (GRPO, BC); None: the algorithm's own MLP networks."""
 
 
 class Learner(Protocol):

@@ -118,7 +118,7 @@ def test_dynamic_sampling_keeps_informative_groups_until_full() -> None:
     assert not _round(alg, 200.0, [0, 0, 0, 2, 2, 2])  # nothing
     assert _round(alg, 300.0, [1, 2, 3, 5, 5, 6])  # both informative, one needed: group 0
     batch = alg._batch
-    assert batch["obs"][:, 0, 0].tolist() == [103, 104, 105, 300, 301, 302]
+    assert batch["obs/policy"][:, 0, 0].tolist() == [103, 104, 105, 300, 301, 302]
     expected = torch.cat([group_advantages(torch.tensor([[0.0, 1.0, 0.0]]), "grpo")[0],
                           group_advantages(torch.tensor([[1.0, 2.0, 3.0]]), "grpo")[0]])
     torch.testing.assert_close(batch["advantages"], expected)

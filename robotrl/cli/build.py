@@ -11,7 +11,7 @@ from robotrl.checkpoint import CheckpointError, load_checkpoint
 from robotrl.config import TrainConfig, from_dict, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
 from robotrl.envs.randomization import RandomizationConfig
-from robotrl.registry import algo_name, algorithm, learner_class, runner_class
+from robotrl.registry import algo_name, algorithm, learner_class, policy_name, runner_class
 from robotrl.runners.base import Runner, RunnerSettings
 from robotrl.seeding import derive_seed
 from robotrl.types import BuildContext, Learner
@@ -26,6 +26,11 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
     physics unless ``randomization`` (a preset name or config) is given.
     """
     observations = learner_class(algo_name(cfg.algo)).observations(cfg.algo)
+    token_policy = policy_name(cfg.policy) != "mlp"
+    if token_policy:
+        from robotrl.vla import TokenPolicy
+
+        observations = TokenPolicy.observations
     kwargs = dict(cfg.env.options)
     if cfg.backend.name == "mujoco":
         kwargs["num_threads"] = cfg.backend.num_threads
@@ -36,16 +41,30 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
         kwargs["observations"] = observations
     # the JAX backends simulate on the learner's device (zero-copy); the others on the CPU
     device = cfg.device if cfg.backend.name in ("mjx", "brax") else "cpu"
-    return make(cfg.env.task, num_envs, backend=cfg.backend.name, device=device, seed=seed,
-                **kwargs)
+    env = make(cfg.env.task, num_envs, backend=cfg.backend.name, device=device, seed=seed,
+               **kwargs)
+    if token_policy and cfg.policy.chunk > 1:
+        from robotrl.envs.wrappers import ActionChunks
+
+        env = ActionChunks(env, cfg.policy.chunk)
+    return env
 
 
 def build_algo(cfg: TrainConfig, spec: EnvSpec, state: dict[str, Any] | None = None) -> Learner:
     """The learner for ``cfg.algo`` (its registry entry's ``build``), sized for ``spec`` and
     ``cfg.num_envs`` training worlds; with ``state`` (a checkpoint's ``"algo"`` entry) it
     carries the trained weights."""
-    ctx = BuildContext(device=torch.device(cfg.device), num_envs=cfg.num_envs)
-    alg = learner_class(algo_name(cfg.algo)).build(spec, cfg.algo, ctx)
+    token_policy = policy_name(cfg.policy) != "mlp"
+    cls = learner_class(algo_name(cfg.algo))
+    if token_policy and not getattr(cls, "token_policies", False):
+        from robotrl.registry import ALGORITHMS
+
+        able = [n for n in ALGORITHMS if getattr(learner_class(n), "token_policies", False)]
+        raise ValueError(f"algo={algo_name(cfg.algo)} trains MLP networks only; "
+                         f"policy={policy_name(cfg.policy)} is trained by {able}")
+    ctx = BuildContext(device=torch.device(cfg.device), num_envs=cfg.num_envs,
+                       policy=cfg.policy if token_policy else None)
+    alg = cls.build(spec, cfg.algo, ctx)
     if state is not None:
         alg.load_state_dict(state)
     return alg
@@ -77,7 +96,10 @@ def init_from(alg: Learner, cfg: TrainConfig, spec: EnvSpec) -> None:
         raise ValueError(f"init={cfg.init} was trained on {src_cfg.env.task!r}, this run is "
                          f"on {cfg.env.task!r}")
     src = build_algo(src_cfg, spec, ckpt["algo"])
-    alg.init_from_actor(src.export_actor())
+    if policy_name(src_cfg.policy) != "mlp":
+        alg.init_from_policy(src.policy)
+    else:
+        alg.init_from_actor(src.export_actor())
 
 
 def build_runner(cfg: TrainConfig) -> Runner:
@@ -101,7 +123,8 @@ def build_runner(cfg: TrainConfig) -> Runner:
 
         spec = make_eval_env().spec
         source: Any = load_dataset(cfg.dataset, cfg.device)
-        source.check_spec(spec.obs_dim, spec.action_dim, cfg.env.task)
+        if policy_name(cfg.policy) == "mlp":  # a token learner checks its groups at attach
+            source.check_spec(spec.obs_dim, spec.action_dim, cfg.env.task)
         alg = build_algo(cfg, spec)
     else:
         source = build_env(cfg, cfg.num_envs, cfg.seed)

@@ -7,11 +7,15 @@
     robotrl dataset collect kind=medium-replay checkpoint=runs/hopper_short/checkpoints/last.pt \\
         expert=runs/hopper/checkpoints/best.pt        # what that run saw until its checkpoint
     robotrl dataset collect kind=medium-expert checkpoint=MEDIUM.pt expert=EXPERT.pt
+    robotrl dataset collect task=tabletop kind=scripted steps=20000 noise=0.3   # demonstrations
     robotrl dataset info robotrl/hopper/expert-v0
 
 Reference scores go in the card: ``ref_min_score`` is a uniform-random policy's mean return and
 ``ref_max_score`` the expert checkpoint's deterministic mean return, both measured here on
-``eval_episodes`` worlds. The dataset is written with Minari (``out`` is the datasets root,
+``eval_episodes`` worlds. ``kind=scripted`` records a task's scripted expert (tasks with one:
+tabletop) with Gaussian action noise ``noise`` (for diverse demonstrations), every observation
+group the task has (image and instruction tokens included) and the noise-free expert as
+``ref_max_score``. The dataset is written with Minari (``out`` is the datasets root,
 default ``MINARI_DATASETS_PATH``) or, when ``out`` ends in ``.hdf5``, as a D4RL-style file.
 """
 
@@ -25,7 +29,8 @@ import torch
 
 from robotrl.cli.args import parse_kv
 
-KINDS: tuple[str, ...] = ("random", "medium", "expert", "medium-replay", "medium-expert")
+KINDS: tuple[str, ...] = ("random", "medium", "expert", "medium-replay", "medium-expert",
+                          "scripted")
 """Dataset kinds ``collect`` records."""
 
 COLLECT_KEYS: dict[str, type] = {
@@ -79,6 +84,12 @@ def _training_replay(path: str, card: Any, progress: bool) -> Any:
     return recorder.dataset(card)
 
 
+def _scripted(env: Any, noise: float, seed: int) -> Any:
+    """The task's scripted expert acting in ``env`` with Gaussian action noise ``noise``."""
+    generator = torch.Generator().manual_seed(seed)
+    return lambda obs: env.task.expert(env.sim, generator, noise)
+
+
 def _mean_return(env: Any, policy: Any, seed: int) -> float:
     from robotrl.runners.evaluation import evaluate
 
@@ -106,7 +117,7 @@ def collect_main(argv: list[str]) -> None:
     if kind == "expert":
         expert = expert or checkpoint
         checkpoint = checkpoint or expert
-    if kind != "random" and not checkpoint:
+    if kind not in ("random", "scripted") and not checkpoint:
         _fail(f"kind={kind} acts with a trained policy: give checkpoint=PATH")
     if kind == "medium-expert" and not expert:
         _fail("kind=medium-expert joins checkpoint= (medium) and expert= (expert) data")
@@ -138,6 +149,10 @@ def collect_main(argv: list[str]) -> None:
     if expert:
         env, policy = _checkpoint_policy(runs[expert], episodes, derive_seed(seed, "eval-env"))
         ref_max = _mean_return(env, policy, ref_seed)
+    if kind == "scripted":
+        if not hasattr(task_class(task), "expert"):
+            _fail(f"task {task!r} has no scripted expert (tasks with one: tabletop)")
+        ref_max = _mean_return(rand_env, _scripted(rand_env, 0.0, seed), ref_seed)
     console.print(f"reference returns: random {ref_min:.1f}, expert "
                   f"{'n/a (no expert=)' if ref_max is None else f'{ref_max:.1f}'}")
     if ref_max is None:
@@ -148,7 +163,13 @@ def collect_main(argv: list[str]) -> None:
     card = DatasetCard(task=task_class(task).gym_id, dataset_id=dataset_id, kind=kind,
                        ref_min_score=ref_min, ref_max_score=ref_max)
     parts = []
-    sources = {"random": [("", steps)], "medium": [(checkpoint, steps)],
+    if kind == "scripted":
+        groups = ("policy", *rand_env.task.observation_groups())
+        env = make(task, num_envs, seed=seed, observations=groups)
+        parts.append(collect(env, _scripted(env, noise, seed), steps,
+                             DatasetCard(task=card.task, policy=f"scripted expert, noise {noise}"),
+                             seed, 0.0, progress, groups))
+    sources = {"random": [("", steps)], "scripted": [], "medium": [(checkpoint, steps)],
                "expert": [(checkpoint, steps)], "medium-replay": [],
                "medium-expert": [(checkpoint, steps // 2), (expert, steps - steps // 2)]}[kind]
     if kind == "medium-replay":
@@ -166,6 +187,7 @@ def collect_main(argv: list[str]) -> None:
     card.policy = " + ".join(p.card.policy for p in parts)
     card.policy_return = sum(p.card.policy_return * len(p) for p in parts) / sum(map(len, parts))
     card.seed, card.action_noise = seed, noise
+    card.observations = parts[0].card.observations
     data = parts[0] if len(parts) == 1 else Dataset.concat(parts, card)
     data.card = card
     try:

@@ -25,7 +25,7 @@ from robotrl.config import (
 )
 from robotrl.registry import algo_config_class
 
-GROUPS = ("algo", "env", "backend", "logger", "randomization")
+GROUPS = ("algo", "env", "policy", "backend", "logger", "randomization")
 
 
 def _config_dir() -> Path:

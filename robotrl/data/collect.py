@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from robotrl.data.dataset import Dataset, DatasetCard
-from robotrl.envs.base import BatchedEnv, Obs, StepOut
+from robotrl.envs.base import BatchedEnv, Obs, StepOut, flatten_groups
 from robotrl.envs.wrappers import Wrapper
 from robotrl.logging import ProgressBar
 from robotrl.runners.evaluation import PolicyFn
@@ -42,18 +42,27 @@ class RecordTransitions(Wrapper):
     Args:
         env: the worlds to record.
         obs: the observation the worlds are at, when they were reset before wrapping.
+        groups: observation groups recorded, flattened and concatenated in this order
+            (``flatten_groups``; e.g. ``("policy", "tokens", "image")`` for a VLA's data).
     """
 
-    def __init__(self, env: BatchedEnv, obs: Obs | None = None) -> None:
+    def __init__(self, env: BatchedEnv, obs: Obs | None = None,
+                 groups: tuple[str, ...] = ("policy",)) -> None:
         super().__init__(env)
-        self._obs = None if obs is None else policy_obs(obs).cpu().float().clone()
+        self.groups = groups
+        self._obs = None if obs is None else self._flat(obs)
         self._rows: dict[str, list[torch.Tensor]] = {k: [] for k in (
             "obs", "action", "reward", "next_obs", "terminated", "truncated")}
 
     def reset(self, seed: int | None = None) -> Obs:
         obs = self.env.reset(seed)
-        self._obs = policy_obs(obs).cpu().float().clone()
+        self._obs = self._flat(obs)
         return obs
+
+    def _flat(self, obs: Obs) -> torch.Tensor:
+        if self.groups == ("policy",):
+            return policy_obs(obs).cpu().float().clone()
+        return flatten_groups({g: obs[g].cpu() for g in self.groups}, self.groups)
 
     def step(self, action: torch.Tensor) -> StepOut:
         if self._obs is None:
@@ -65,10 +74,10 @@ class RecordTransitions(Wrapper):
         rows["action"].append(torch.maximum(torch.minimum(action.detach().cpu().float(),
                                                           spec.action_high), spec.action_low))
         rows["reward"].append(out.reward.cpu().float())
-        rows["next_obs"].append(policy_obs(out.info["final_obs"]).cpu().float().clone())
+        rows["next_obs"].append(self._flat(out.info["final_obs"]))
         rows["terminated"].append(out.terminated.cpu())
         rows["truncated"].append(out.truncated.cpu())
-        self._obs = policy_obs(out.obs).cpu().float().clone()
+        self._obs = self._flat(out.obs)
         return out
 
     @property
@@ -105,7 +114,8 @@ class RecordTransitions(Wrapper):
 
 
 def collect(env: BatchedEnv, policy: PolicyFn, steps: int, card: DatasetCard, seed: int,
-            action_noise: float = 0.0, progress: bool = True) -> Dataset:
+            action_noise: float = 0.0, progress: bool = True,
+            groups: tuple[str, ...] = ("policy",)) -> Dataset:
     """Record ``steps`` transitions (rounded up to whole batches of ``env.num_envs``).
 
     Args:
@@ -113,6 +123,7 @@ def collect(env: BatchedEnv, policy: PolicyFn, steps: int, card: DatasetCard, se
         action_noise: std of Gaussian noise added to the policy's actions, as a fraction of
             the action half-range; the result is clipped to the bounds.
         seed: seeds the env reset and the noise.
+        groups: observation groups recorded (``RecordTransitions``); the card lists them.
     Returns the dataset with ``card`` completed (``policy_return``, ``seed``, ``action_noise``).
     """
     if steps < 1:
@@ -122,7 +133,7 @@ def collect(env: BatchedEnv, policy: PolicyFn, steps: int, card: DatasetCard, se
     low, high = env.spec.action_low, env.spec.action_high
     half = (high - low) / 2
     generator = torch.Generator().manual_seed(seed)
-    recorder = RecordTransitions(env)
+    recorder = RecordTransitions(env, groups=groups)
     obs = recorder.reset(seed=seed)
     start = time.perf_counter()
     with torch.inference_mode(), ProgressBar(per_world * n, progress, label="collect") as bar:
@@ -137,4 +148,5 @@ def collect(env: BatchedEnv, policy: PolicyFn, steps: int, card: DatasetCard, se
                 bar.update(done, done / (time.perf_counter() - start), float("nan"))
     data = recorder.dataset(card)
     card.seed, card.action_noise = seed, float(action_noise)
+    card.observations = list(groups)
     return data

@@ -55,6 +55,10 @@ class DatasetCard:
     """Reference return of the expert policy (normalized score 100)."""
     source: str = ""
     """The file or directory the dataset was read from (set by the readers)."""
+    observations: list[str] = dataclasses.field(default_factory=lambda: ["policy"])
+    """Observation groups of a row, flattened and concatenated in this order
+    (``robotrl.envs.base.flatten_groups``): ``["policy"]``, or e.g. ``["policy", "tokens",
+    "image"]`` for language-conditioned demonstrations."""
 
     def normalized_score(self, episode_return: float) -> float:
         """100 (return - ref_min) / (ref_max - ref_min), D4RL's normalized score; NaN when the

@@ -12,6 +12,7 @@ from torch.distributions import Normal
 from robotrl.nn.actor import OUTPUT_TRANSFORMS, DeterministicActor
 from robotrl.nn.mlp import as_mlp, mlp, orthogonal_init
 from robotrl.nn.normalizer import RunningNormalizer
+from robotrl.types import Obs, policy_obs
 
 LOG_STD_MIN = -5.0
 """Lower bound on log std (std ~ 0.007): keeps log-probabilities finite when the policy sharpens."""
@@ -202,26 +203,36 @@ class GaussianPolicy(nn.Module):
         std = self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp().expand_as(mean)
         return Normal(mean, std, validate_args=False)
 
-    def sample(self, obs: torch.Tensor, generator: torch.Generator
+    observations: tuple[str, ...] = ("policy",)
+    """Observation groups the policy reads (its methods also take the bare ``policy`` tensor)."""
+
+    def sample(self, obs: Obs | torch.Tensor, generator: torch.Generator
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """(action [B, act_dim] unclipped, its log-probability [B]) drawn with ``generator``."""
-        dist = self.dist(obs)
+        dist = self.dist(policy_obs(obs))
         noise = torch.randn(dist.loc.shape, generator=generator, device=dist.loc.device,
                             dtype=dist.loc.dtype)
         action = dist.loc + dist.scale * noise
         return action, dist.log_prob(action).sum(-1)
 
-    def log_prob(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def log_prob(self, obs: Obs | torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """log pi(action | obs): [B] (summed over action dimensions)."""
-        return self.dist(obs).log_prob(action).sum(-1)
+        return self.dist(policy_obs(obs)).log_prob(action).sum(-1)
 
-    def entropy(self, obs: torch.Tensor) -> torch.Tensor:
+    def entropy(self, obs: Obs | torch.Tensor) -> torch.Tensor:
         """Entropy of pi(. | obs): [B] (summed over action dimensions)."""
-        return self.dist(obs).entropy().sum(-1)
+        return self.dist(policy_obs(obs)).entropy().sum(-1)
 
-    def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
+    def evaluate(self, obs: Obs | torch.Tensor, action: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probability, entropy), each [B, 1]: one "token" per action (a token policy has
+        one per action dimension and chunk step)."""
+        dist = self.dist(policy_obs(obs))
+        return dist.log_prob(action).sum(-1, keepdim=True), dist.entropy().sum(-1, keepdim=True)
+
+    def deterministic(self, obs: Obs | torch.Tensor) -> torch.Tensor:
         """Mean action clipped to the bounds: [B, act_dim]."""
-        return torch.clamp(self.mean(obs), self.low, self.high)
+        return torch.clamp(self.mean(policy_obs(obs)), self.low, self.high)
 
     def export(self) -> DeterministicActor:
         """Frozen copy of ``deterministic`` for sim2real export."""

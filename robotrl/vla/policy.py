@@ -1,0 +1,121 @@
+"""The token-policy interface: observation groups in, a chunk of action tokens out, decoded
+autoregressively; per-token log-probabilities at a sampling temperature for GRPO, token
+cross-entropy for behaviour cloning.
+
+A subclass supplies three model calls over action tokens ``t_0 .. t_{D-1}`` (D = chunk x action
+size), each in ``range(bins)``:
+
+* ``start(obs) -> (cache, logits [N, bins])``: read the observation (and a begin-of-action
+  token), return the model's state and the logits of ``t_0``;
+* ``extend(cache, token [N], i) -> (cache, logits [N, bins])``: append ``t_i``, return the
+  logits of ``t_{i+1}`` (a KV cache makes this one position's work);
+* ``forced(obs, tokens [N, D]) -> logits [N, D, bins]``: all positions at once (teacher forcing),
+  equal to what ``start``/``extend`` give step by step (tested).
+
+``sample`` draws from ``softmax(logits / temperature)`` and returns the log-probabilities of that
+distribution; ``evaluate`` recomputes them (and the entropies) with gradients; the GRPO ratio is
+taken per token between the two (Kim et al. 2025 and Li et al. 2025, "SimpleVLA-RL", sample and
+score at the same temperature).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robotrl.types import Obs
+from robotrl.vla.tokenizer import ActionTokenizer
+
+
+class TokenPolicy(nn.Module, ABC):
+    """Observation -> D action tokens; see the module docstring.
+
+    Attributes:
+        tokenizer: actions <-> tokens.
+        num_tokens: D, tokens per decision (chunk x action size).
+        temperature: the sampling temperature (log-probabilities are those of the tempered
+            distribution).
+        arch: what rebuilds the policy from a checkpoint (``kind`` and its config).
+    """
+
+    observations: ClassVar[tuple[str, ...]] = ("policy", "tokens", "image")
+    """Observation groups the policy reads."""
+    normalizer = None  # read by learners that fold observations into a normalizer
+
+    def __init__(self, tokenizer: ActionTokenizer, num_tokens: int, temperature: float) -> None:
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.tokenizer, self.num_tokens = tokenizer, int(num_tokens)
+        self.temperature = float(temperature)
+        self.register_buffer("low", tokenizer.low.repeat(num_tokens // tokenizer.low.numel()))
+        self.register_buffer("high", tokenizer.high.repeat(num_tokens // tokenizer.low.numel()))
+        self.arch: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ model calls
+    @abstractmethod
+    def start(self, obs: Obs) -> tuple[Any, torch.Tensor]:
+        """(cache, logits of the first token [N, bins]) after reading ``obs``."""
+
+    @abstractmethod
+    def extend(self, cache: Any, token: torch.Tensor, index: int) -> tuple[Any, torch.Tensor]:
+        """(cache, logits of token ``index + 1`` [N, bins]) after appending ``token`` [N]."""
+
+    @abstractmethod
+    def forced(self, obs: Obs, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits [N, D, bins] of every token given the ones before it (``tokens`` [N, D])."""
+
+    # ------------------------------------------------------------------ decoding
+    def _decode(self, obs: Obs, generator: torch.Generator | None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens [N, D] (sampled with ``generator``, greedy when None) and their tempered
+        log-probabilities [N, D]."""
+        cache, logits = self.start(obs)
+        tokens, logps = [], []
+        for i in range(self.num_tokens):
+            logp = F.log_softmax(logits.float() / self.temperature, dim=-1)
+            if generator is None:
+                token = logp.argmax(-1)
+            else:
+                token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            tokens.append(token)
+            logps.append(logp.gather(-1, token[:, None]).squeeze(-1))
+            if i + 1 < self.num_tokens:
+                cache, logits = self.extend(cache, token, i)
+        return torch.stack(tokens, 1), torch.stack(logps, 1)
+
+    def sample(self, obs: Obs, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """(action [N, D] bin centres, per-token log-probabilities [N, D]) drawn at the
+        sampling temperature with ``generator``."""
+        tokens, logp = self._decode(obs, generator)
+        return self.tokenizer.decode(tokens), logp
+
+    def deterministic(self, obs: Obs) -> torch.Tensor:
+        """Greedy decoding: action [N, D]."""
+        return self.tokenizer.decode(self._decode(obs, None)[0])
+
+    def evaluate(self, obs: Obs, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probabilities, entropies), each [N, D], of ``action`` [N, D]'s tokens under the
+        tempered distribution, with gradients."""
+        tokens = self.tokenizer.encode(action)
+        logp = F.log_softmax(self.forced(obs, tokens).float() / self.temperature, dim=-1)
+        entropy = -(logp.exp() * logp).sum(-1)
+        return logp.gather(-1, tokens[..., None]).squeeze(-1), entropy
+
+    def log_prob(self, obs: Obs, action: torch.Tensor) -> torch.Tensor:
+        """[N, D] per-token log-probabilities of ``action`` at the sampling temperature."""
+        return self.evaluate(obs, action)[0]
+
+    def bc_loss(self, obs: Obs, action: torch.Tensor
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Token cross-entropy of the demonstrated ``action`` [N, D] (temperature 1):
+        ``(loss [], {"loss/bc", "train/token_accuracy"})``."""
+        tokens = self.tokenizer.encode(action)
+        logits = self.forced(obs, tokens).float()
+        loss = F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+        accuracy = (logits.argmax(-1) == tokens).float().mean()
+        return loss, {"loss/bc": loss.detach(), "train/token_accuracy": accuracy.detach()}

@@ -1,0 +1,152 @@
+"""A small vision-language-action transformer, written here: image patches, instruction words and
+proprioception form a prefix; action tokens follow, decoded autoregressively with a KV cache,
+batched over worlds (one decoder, causal throughout, pre-LayerNorm blocks)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from robotrl.types import Obs
+from robotrl.vla.policy import TokenPolicy
+from robotrl.vla.tokenizer import ActionTokenizer
+
+
+@dataclasses.dataclass
+class VLAConfig:
+    """The small VLA transformer (``policy=vla``)."""
+
+    chunk: int = 2
+    """K: actions per decision (an action chunk; the env steps K times per decision)."""
+    bins: int = 256
+    """Tokens per action dimension (OpenVLA's 256)."""
+    temperature: float = 1.0
+    """Sampling temperature; GRPO's log-probabilities are those of the tempered distribution."""
+    dim: int = 64
+    """Model width."""
+    layers: int = 2
+    """Transformer blocks."""
+    heads: int = 4
+    """Attention heads."""
+    patch: int = 8
+    """Image patch side (pixels); the image side must be a multiple."""
+    vocab_size: int = 32
+    """Instruction word ids must be below this."""
+
+    def __post_init__(self) -> None:
+        for name in ("chunk", "bins", "dim", "layers", "heads", "patch", "vocab_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"policy.{name} must be >= 1, got {getattr(self, name)}")
+        if self.dim % self.heads:
+            raise ValueError(f"policy.dim ({self.dim}) must be a multiple of policy.heads "
+                             f"({self.heads})")
+        if self.temperature <= 0:
+            raise ValueError(f"policy.temperature must be > 0, got {self.temperature}")
+
+
+class Block(nn.Module):
+    """Pre-LN transformer block; ``forward`` takes and returns the layer's (k, v) cache."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """``x`` [N, S, dim] new positions after the ``cache`` ([N, heads, S', dim / heads]
+        keys and values of the earlier ones); causal within ``x``."""
+        n, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(n, s, 3, self.heads, d // self.heads).unbind(2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+        if s == 1:  # one new position sees everything before it
+            att = F.scaled_dot_product_attention(q, k, v)
+        elif cache is None:
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            raise ValueError("several new positions after a cache are not supported")
+        x = x + self.out(att.transpose(1, 2).reshape(n, s, d))
+        return x + self.mlp(self.ln2(x)), (k, v)
+
+
+class VLATransformer(TokenPolicy):
+    """Prefix [image patches, instruction words, proprioception, BOS] then action tokens.
+
+    Observation groups: ``image`` [N, 3, H, W] uint8, ``tokens`` [N, W] long (0 pads),
+    ``policy`` [N, P] float (proprioception).
+    """
+
+    def __init__(self, cfg: VLAConfig, image_shape: tuple[int, ...], words: int,
+                 proprio_dim: int, action_low: torch.Tensor, action_high: torch.Tensor) -> None:
+        """Args: ``image_shape`` (C, H, W), ``words`` instruction length, ``proprio_dim`` P,
+        ``action_low``/``action_high`` [A] the bounds of one action (a chunk repeats them)."""
+        tokenizer = ActionTokenizer(action_low, action_high, cfg.bins)
+        super().__init__(tokenizer, cfg.chunk * tokenizer.low.numel(), cfg.temperature)
+        c, h, w = image_shape
+        if h % cfg.patch or w % cfg.patch:
+            raise ValueError(f"image {h}x{w} is not a multiple of policy.patch={cfg.patch}")
+        self.cfg = cfg
+        self.arch = {"kind": "vla", "config": dataclasses.asdict(cfg),
+                     "image_shape": list(image_shape), "words": int(words),
+                     "proprio_dim": int(proprio_dim), "action_low": tokenizer.low.tolist(),
+                     "action_high": tokenizer.high.tolist()}
+        d = cfg.dim
+        self.patches = nn.Conv2d(c, d, cfg.patch, cfg.patch)
+        self.words = nn.Embedding(cfg.vocab_size, d)
+        self.proprio = nn.Sequential(nn.Linear(proprio_dim, d), nn.LayerNorm(d))
+        self.actions = nn.Embedding(cfg.bins + 1, d)  # the last id is BOS
+        self.prefix_len = (h // cfg.patch) * (w // cfg.patch) + words + 1 + 1
+        self.pos = nn.Parameter(torch.randn(self.prefix_len + self.num_tokens, d) * 0.02)
+        self.blocks = nn.ModuleList(Block(d, cfg.heads) for _ in range(cfg.layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, cfg.bins)
+        nn.init.zeros_(self.head.weight)  # uniform initial action distribution
+        nn.init.zeros_(self.head.bias)
+
+    @classmethod
+    def from_arch(cls, arch: dict[str, Any]) -> VLATransformer:
+        """Rebuild (untrained) from ``arch``."""
+        return cls(VLAConfig(**arch["config"]), tuple(arch["image_shape"]), arch["words"],
+                   arch["proprio_dim"], torch.tensor(arch["action_low"]),
+                   torch.tensor(arch["action_high"]))
+
+    def _prefix(self, obs: Obs) -> torch.Tensor:
+        """[N, prefix_len, dim] embeddings of the observation and BOS."""
+        image = obs["image"].float() / 255.0 - 0.5
+        patches = self.patches(image).flatten(2).transpose(1, 2)
+        words = self.words(obs["tokens"].long())
+        proprio = self.proprio(obs["policy"].float())[:, None]
+        bos = self.actions.weight[-1].expand(len(image), 1, -1)
+        return torch.cat([patches, words, proprio, bos], 1)
+
+    def _run(self, x: torch.Tensor, caches: list[Any] | None
+             ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        new = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, None if caches is None else caches[i])
+            new.append(kv)
+        return self.head(self.ln(x)), new
+
+    def start(self, obs: Obs) -> tuple[Any, torch.Tensor]:
+        x = self._prefix(obs) + self.pos[: self.prefix_len]
+        logits, cache = self._run(x, None)
+        return cache, logits[:, -1]
+
+    def extend(self, cache: Any, token: torch.Tensor, index: int) -> tuple[Any, torch.Tensor]:
+        x = self.actions(token)[:, None] + self.pos[self.prefix_len + index]
+        logits, cache = self._run(x, cache)
+        return cache, logits[:, -1]
+
+    def forced(self, obs: Obs, tokens: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self._prefix(obs), self.actions(tokens[:, :-1])], 1)
+        logits, _ = self._run(x + self.pos[: x.shape[1]], None)
+        return logits[:, self.prefix_len - 1:]
+
