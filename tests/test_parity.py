@@ -22,7 +22,7 @@ def _gym_state(env: gym.Env) -> np.ndarray:
     return state
 
 
-@pytest.mark.parametrize("task", E.list_tasks())
+@pytest.mark.parametrize("task", [t for t in E.list_tasks() if t != "tabletop"])  # no Gymnasium twin
 def test_matches_gymnasium(task: str) -> None:
     gym_env = gym.make(task_class(task).gym_id)
     gym_obs, _ = gym_env.reset(seed=7)
