@@ -72,6 +72,7 @@ class MLPPolicyConfig:
 POLICIES: dict[str, tuple[str | type, str | type | None]] = {
     "mlp": (MLPPolicyConfig, None),
     "vla": ("robotrl.vla.transformer:VLAConfig", "robotrl.vla.transformer:VLATransformer"),
+    "hf": ("robotrl.vla.hf:HFPolicyConfig", "robotrl.vla.hf:HFTokenPolicy"),
 }
 """Policy family name -> (config dataclass, token policy class or None for the algorithm's own
 network). A token policy class is built as ``cls(cfg, image_shape, words, proprio_dim, low,

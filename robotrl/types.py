@@ -48,7 +48,7 @@ class BuildContext:
     world_size: int = 1
     """Number of data-parallel ranks."""
     policy: Any = None
-    """A token policy's config (``policy=vla``: ``robotrl.registry.POLICIES``)
+    """A token policy's config (``policy=vla`` or ``hf``: ``robotrl.registry.POLICIES``)
     for learners that train one (GRPO, BC); None: the algorithm's own MLP networks."""
 
 

@@ -1,0 +1,259 @@
+"""Any Hugging Face ``transformers`` causal LM as a token policy (``policy=hf``).
+
+The observation enters the LM through ``inputs_embeds``: image patches (a Conv2d patchifier
+projecting to the LM's width, trained with it), the instruction words through the LM's own input
+embedding table (word ``w`` is token id ``word_offset + w``), proprioception through a Linear,
+then a learned begin-of-action embedding. Action tokens are the LAST ``bins`` ids of the LM's
+vocabulary, as in OpenVLA (Kim et al. 2024, sec. 3.2, which overwrites the least used tokens of
+the Llama 2 tokenizer); the policy's logits are the LM's logits restricted to those ids.
+Decoding uses the LM's KV cache (``use_cache=True``), one position per step.
+
+The LM comes from ``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` (a
+directory written by ``save_pretrained``) or, with ``path=""``, from a tiny random config of
+``model_type``. Needs ``pip install 'robotrl[vla]'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from robotrl.types import Obs
+from robotrl.vla.policy import TokenPolicy
+from robotrl.vla.tokenizer import ActionTokenizer
+
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+"""Values of ``HFPolicyConfig.dtype``."""
+
+
+@dataclasses.dataclass
+class HFPolicyConfig:
+    """A Hugging Face causal LM behind the token-policy interface (``policy=hf``)."""
+
+    path: str = ""
+    """Local directory of a model saved by ``save_pretrained``; "" builds a tiny random model
+    from the fields below (nothing is downloaded: ``local_files_only=True``)."""
+    model_type: str = "llama"
+    """The random model's ``transformers`` model type (``AutoConfig.for_model``)."""
+    hidden_size: int = 64
+    """The random model's width."""
+    layers: int = 2
+    """The random model's transformer blocks."""
+    heads: int = 4
+    """The random model's attention heads."""
+    vocab_size: int = 512
+    """The random model's vocabulary; must hold word_offset + word_vocab + bins ids."""
+    chunk: int = 2
+    """K: actions per decision (an action chunk; the env steps K times per decision)."""
+    bins: int = 256
+    """Tokens per action dimension (OpenVLA's 256): the last ``bins`` ids of the vocabulary."""
+    temperature: float = 1.0
+    """Sampling temperature; GRPO's log-probabilities are those of the tempered distribution."""
+    patch: int = 8
+    """Image patch side (pixels); the image side must be a multiple."""
+    word_offset: int = 0
+    """Instruction word id ``w`` is fed as LM token id ``word_offset + w``."""
+    word_vocab: int = 32
+    """Instruction word ids are below this (tabletop's vocabulary is smaller)."""
+    dtype: str = "float32"
+    """The LM's and adapters' parameter dtype: float32, bfloat16 or float16."""
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "layers", "heads", "vocab_size", "chunk", "bins", "patch",
+                     "word_vocab"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"policy.{name} must be >= 1, got {getattr(self, name)}")
+        if self.bins < 2:
+            raise ValueError(f"policy.bins must be >= 2, got {self.bins}")
+        if self.word_offset < 0:
+            raise ValueError(f"policy.word_offset must be >= 0, got {self.word_offset}")
+        if self.temperature <= 0:
+            raise ValueError(f"policy.temperature must be > 0, got {self.temperature}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"policy.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if not self.path:
+            if self.hidden_size % self.heads:
+                raise ValueError(f"policy.hidden_size ({self.hidden_size}) must be a multiple "
+                                 f"of policy.heads ({self.heads})")
+            _check_vocab(self, self.vocab_size, "policy.vocab_size")
+
+
+def _check_vocab(cfg: HFPolicyConfig, vocab: int, what: str) -> None:
+    """Instruction ids [word_offset, word_offset + word_vocab) and action ids
+    [vocab - bins, vocab) must be disjoint ids of a ``vocab``-token vocabulary."""
+    need = cfg.word_offset + cfg.word_vocab + cfg.bins
+    if vocab < need:
+        raise ValueError(f"{what} ({vocab}) is too small: the vocabulary must hold "
+                         f"policy.word_offset + policy.word_vocab + policy.bins = "
+                         f"{cfg.word_offset} + {cfg.word_vocab} + {cfg.bins} = {need} ids "
+                         f"(instruction words, then the {cfg.bins} action ids at its end)")
+
+
+def _require_transformers() -> ModuleType:
+    """The ``transformers`` module, or an ImportError that names the extra to install."""
+    try:
+        import transformers
+    except ImportError as err:
+        raise ImportError("policy=hf needs Hugging Face transformers: "
+                          "pip install 'robotrl[vla]'") from err
+    return transformers
+
+
+def _random_config(cfg: HFPolicyConfig, transformers: ModuleType) -> Any:
+    """A ``transformers`` config of ``cfg.model_type`` sized by ``cfg``'s generic fields.
+
+    Configs map the generic names onto their own (GPT-2's ``attribute_map`` sends
+    ``hidden_size`` to ``n_embd``, ``num_hidden_layers`` to ``n_layer``, ...); the built model's
+    embedding is checked afterwards, since an unmapped name would be stored and ignored.
+    """
+    try:
+        default = transformers.AutoConfig.for_model(cfg.model_type)
+    except ValueError:
+        raise ValueError(f"policy.model_type={cfg.model_type!r} is not a model type of "
+                         f"transformers {transformers.__version__} (e.g. llama, gpt2, qwen2, "
+                         f"mistral; all: transformers.CONFIG_MAPPING)") from None
+    sizes: dict[str, Any] = {
+        "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.layers,
+        "num_attention_heads": cfg.heads, "vocab_size": cfg.vocab_size,
+        # special ids of the full-size model fall outside a tiny vocabulary; nothing here uses them
+        "bos_token_id": None, "eos_token_id": None, "pad_token_id": None,
+    }
+    if hasattr(default, "intermediate_size"):  # Llama's default 11008 would dwarf a tiny model
+        sizes["intermediate_size"] = 4 * cfg.hidden_size
+    if hasattr(default, "num_key_value_heads"):
+        sizes["num_key_value_heads"] = cfg.heads
+    if getattr(default, "head_dim", None) is not None:
+        sizes["head_dim"] = cfg.hidden_size // cfg.heads
+    return transformers.AutoConfig.for_model(cfg.model_type, **sizes)
+
+
+def load_lm(cfg: HFPolicyConfig) -> nn.Module:
+    """The causal LM ``cfg`` names: loaded from ``cfg.path`` (local files only) or random."""
+    transformers = _require_transformers()
+    auto = transformers.AutoModelForCausalLM
+    if cfg.path:
+        if not Path(cfg.path).is_dir():
+            raise FileNotFoundError(f"policy.path={cfg.path!r} is not a directory (expected a "
+                                    f"model written by save_pretrained)")
+        lm = auto.from_pretrained(cfg.path, local_files_only=True)
+    else:
+        config = _random_config(cfg, transformers)
+        try:
+            lm = auto.from_config(config)
+        except ValueError:
+            raise ValueError(f"policy.model_type={cfg.model_type!r} has no causal LM "
+                             f"(AutoModelForCausalLM) in transformers") from None
+        emb = lm.get_input_embeddings()
+        if (emb.num_embeddings, emb.embedding_dim) != (cfg.vocab_size, cfg.hidden_size):
+            raise ValueError(f"policy.model_type={cfg.model_type!r} ignores the generic sizes "
+                             f"(hidden_size, vocab_size, ...): its embedding is "
+                             f"{emb.num_embeddings}x{emb.embedding_dim}; save such a model with "
+                             f"save_pretrained and load it through policy.path")
+    return lm.to(getattr(torch, cfg.dtype))
+
+
+class HFTokenPolicy(TokenPolicy):
+    """Prefix [image patches, instruction words, proprioception, BOS] then action tokens, run
+    by a ``transformers`` causal LM (``self.lm``).
+
+    Observation groups: ``image`` [N, 3, H, W] uint8, ``tokens`` [N, W] long (0 pads),
+    ``policy`` [N, P] float (proprioception). The LM always runs in eval mode: GRPO compares
+    log-probabilities taken at collection with those of the update, and dropout would make them
+    differ at the same parameters (the adapters have no dropout either).
+    """
+
+    def __init__(self, cfg: HFPolicyConfig, image_shape: tuple[int, ...], words: int,
+                 proprio_dim: int, action_low: torch.Tensor, action_high: torch.Tensor) -> None:
+        """Args: ``image_shape`` (C, H, W), ``words`` instruction length, ``proprio_dim`` P,
+        ``action_low``/``action_high`` [A] the bounds of one action (a chunk repeats them)."""
+        tokenizer = ActionTokenizer(action_low, action_high, cfg.bins)
+        super().__init__(tokenizer, cfg.chunk * tokenizer.low.numel(), cfg.temperature)
+        c, h, w = image_shape
+        if h % cfg.patch or w % cfg.patch:
+            raise ValueError(f"image {h}x{w} is not a multiple of policy.patch={cfg.patch}")
+        self.cfg = cfg
+        self.arch = {"kind": "hf", "config": dataclasses.asdict(cfg),
+                     "image_shape": list(image_shape), "words": int(words),
+                     "proprio_dim": int(proprio_dim), "action_low": tokenizer.low.tolist(),
+                     "action_high": tokenizer.high.tolist()}
+        self.lm = load_lm(cfg)
+        emb = self.lm.get_input_embeddings()
+        vocab, d, dtype = emb.num_embeddings, emb.embedding_dim, emb.weight.dtype
+        out = self.lm.get_output_embeddings()
+        logits_size = getattr(out, "out_features", None) or getattr(out, "num_embeddings", vocab)
+        if logits_size != vocab:
+            raise ValueError(f"the LM's output vocabulary ({logits_size}) differs from its input "
+                             f"vocabulary ({vocab}): the action ids would be ambiguous")
+        _check_vocab(cfg, vocab, "the LM's vocabulary")
+        self.action_offset = vocab - cfg.bins  # action token t is LM token id action_offset + t
+        self.patches = nn.Conv2d(c, d, cfg.patch, cfg.patch, dtype=dtype)
+        self.proprio = nn.Linear(proprio_dim, d, dtype=dtype)
+        scale = emb.weight.detach().float().std()  # the scale of the LM's own token embeddings
+        self.bos = nn.Parameter((torch.randn(d) * scale).to(dtype))
+        self.prefix_len = (h // cfg.patch) * (w // cfg.patch) + words + 1 + 1
+        params = inspect.signature(self.lm.forward).parameters
+        # only the last positions' logits are needed (renamed from num_logits_to_keep in 4.50)
+        self._keep_arg = next((k for k in ("logits_to_keep", "num_logits_to_keep")
+                               if k in params), None)
+        self.lm.eval()
+
+    @classmethod
+    def from_arch(cls, arch: dict[str, Any]) -> HFTokenPolicy:
+        """Rebuild from ``arch``: untrained, or with ``config.path`` the weights saved there (a
+        checkpoint's ``state_dict``, which holds the whole LM, then overwrites them)."""
+        return cls(HFPolicyConfig(**arch["config"]), tuple(arch["image_shape"]), arch["words"],
+                   arch["proprio_dim"], torch.tensor(arch["action_low"]),
+                   torch.tensor(arch["action_high"]))
+
+    def train(self, mode: bool = True) -> HFTokenPolicy:
+        """Set the adapters' mode; the LM stays in eval mode (see the class docstring)."""
+        super().train(mode)
+        self.lm.eval()
+        return self
+
+    def _embed_actions(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[..., d] the LM's input embeddings of action ``tokens`` [...] in ``range(bins)``."""
+        return self.lm.get_input_embeddings()(tokens.long() + self.action_offset)
+
+    def _prefix(self, obs: Obs) -> torch.Tensor:
+        """[N, prefix_len, d] embeddings of the observation and BOS."""
+        dtype = self.bos.dtype
+        image = obs["image"].to(dtype) / 255.0 - 0.5
+        patches = self.patches(image).flatten(2).transpose(1, 2)
+        words = self.lm.get_input_embeddings()(obs["tokens"].long() + self.cfg.word_offset)
+        proprio = self.proprio(obs["policy"].to(dtype))[:, None]
+        bos = self.bos.expand(len(image), 1, -1)
+        return torch.cat([patches, words, proprio, bos], 1)
+
+    def _run(self, x: torch.Tensor, cache: Any, keep: int, use_cache: bool
+             ) -> tuple[torch.Tensor, Any]:
+        """(action logits [N, keep, bins] of the last ``keep`` positions, the LM's cache) after
+        ``x`` [N, S, d] new positions following ``cache`` (None: none)."""
+        extra: dict[str, int] = {self._keep_arg: keep} if self._keep_arg else {}
+        out = self.lm(inputs_embeds=x, past_key_values=cache, use_cache=use_cache, **extra)
+        ids = slice(self.action_offset, self.action_offset + self.cfg.bins)
+        return out.logits[:, -keep:, ids], out.past_key_values
+
+    def start(self, obs: Obs) -> tuple[Any, torch.Tensor]:
+        """(the LM's KV cache, logits [N, bins] of the first action token) after the prefix.
+        The cache is a ``transformers`` ``Cache``, updated in place by ``extend``."""
+        logits, cache = self._run(self._prefix(obs), None, 1, True)
+        return cache, logits[:, -1]
+
+    def extend(self, cache: Any, token: torch.Tensor, index: int) -> tuple[Any, torch.Tensor]:
+        """Append action ``token`` [N] (one position; its position id comes from the cache's
+        length, so ``index`` is implied) and return (cache, logits [N, bins])."""
+        logits, cache = self._run(self._embed_actions(token)[:, None], cache, 1, True)
+        return cache, logits[:, -1]
+
+    def forced(self, obs: Obs, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits [N, D, bins] of every action token of ``tokens`` [N, D] in one LM call."""
+        x = torch.cat([self._prefix(obs), self._embed_actions(tokens[:, :-1])], 1)
+        logits, _ = self._run(x, None, tokens.shape[1], False)
+        return logits
