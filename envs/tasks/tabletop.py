@@ -57,6 +57,18 @@ MAX_WORDS = 8
 
 _HALF = 0.025  # object half-size (m)
 _SPEED = 0.4  # gripper speed (m/s) at action 1: the actuators' gear is its inverse
+
+
+def _planar_body(name: str, damping: float, geom: str) -> str:
+    """MJCF of a body sliding in the table plane (joints ``<name>_x``, ``<name>_y``) with one
+    geom named ``name`` of attributes ``geom``."""
+    return f"""    <body name="{name}" pos="0 0 {_HALF}">
+      <joint name="{name}_x" axis="1 0 0" damping="{damping}"/>
+      <joint name="{name}_y" axis="0 1 0" damping="{damping}"/>
+      <geom name="{name}" {geom}/>
+    </body>"""
+
+
 _XML = f"""
 <mujoco model="tabletop">
   <option timestep="0.005" integrator="implicitfast"/>
@@ -71,26 +83,10 @@ _XML = f"""
     <geom name="table" type="box" size="0.32 0.32 0.01" pos="0 0 -0.01" rgba="0.6 0.5 0.4 1"
           contype="0" conaffinity="0"/>
     <camera name="top" pos="0 -0.32 0.62" xyaxes="1 0 0 0 0.88 0.47" fovy="60"/>
-    <body name="gripper" pos="0 0 {_HALF}">
-      <joint name="gripper_x" axis="1 0 0" damping="0.5"/>
-      <joint name="gripper_y" axis="0 1 0" damping="0.5"/>
-      <geom name="gripper" type="cylinder" size="0.02 {_HALF}" mass="0.5" rgba="0.9 0.9 0.9 1"/>
-    </body>
-    <body name="cube" pos="0 0 {_HALF}">
-      <joint name="cube_x" axis="1 0 0" damping="3"/>
-      <joint name="cube_y" axis="0 1 0" damping="3"/>
-      <geom name="cube" type="box" size="{_HALF} {_HALF} {_HALF}" mass="0.1"/>
-    </body>
-    <body name="ball" pos="0 0 {_HALF}">
-      <joint name="ball_x" axis="1 0 0" damping="3"/>
-      <joint name="ball_y" axis="0 1 0" damping="3"/>
-      <geom name="ball" type="sphere" size="{_HALF}" mass="0.1"/>
-    </body>
-    <body name="cylinder" pos="0 0 {_HALF}">
-      <joint name="cylinder_x" axis="1 0 0" damping="3"/>
-      <joint name="cylinder_y" axis="0 1 0" damping="3"/>
-      <geom name="cylinder" type="cylinder" size="{_HALF} {_HALF}" mass="0.1"/>
-    </body>
+{_planar_body("gripper", 0.5, f'type="cylinder" size="0.02 {_HALF}" mass="0.5" rgba="0.9 0.9 0.9 1"')}
+{_planar_body("cube", 3, f'type="box" size="{_HALF} {_HALF} {_HALF}" mass="0.1"')}
+{_planar_body("ball", 3, f'type="sphere" size="{_HALF}" mass="0.1"')}
+{_planar_body("cylinder", 3, f'type="cylinder" size="{_HALF} {_HALF}" mass="0.1"')}
   </worldbody>
   <actuator>
     <velocity name="x" joint="gripper_x" kv="8" gear="{1 / _SPEED}" ctrlrange="-1 1"/>

@@ -26,7 +26,6 @@ from torch import nn
 
 from robotrl.types import Obs
 from robotrl.vla.policy import TokenPolicy
-from robotrl.vla.tokenizer import ActionTokenizer
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 """Values of ``HFPolicyConfig.dtype``."""
@@ -168,20 +167,13 @@ class HFTokenPolicy(TokenPolicy):
     differ at the same parameters (the adapters have no dropout either).
     """
 
+    kind = "hf"
+    config_cls = HFPolicyConfig
+
     def __init__(self, cfg: HFPolicyConfig, image_shape: tuple[int, ...], words: int,
                  proprio_dim: int, action_low: torch.Tensor, action_high: torch.Tensor) -> None:
-        """Args: ``image_shape`` (C, H, W), ``words`` instruction length, ``proprio_dim`` P,
-        ``action_low``/``action_high`` [A] the bounds of one action (a chunk repeats them)."""
-        tokenizer = ActionTokenizer(action_low, action_high, cfg.bins)
-        super().__init__(tokenizer, cfg.chunk * tokenizer.low.numel(), cfg.temperature)
-        c, h, w = image_shape
-        if h % cfg.patch or w % cfg.patch:
-            raise ValueError(f"image {h}x{w} is not a multiple of policy.patch={cfg.patch}")
-        self.cfg = cfg
-        self.arch = {"kind": "hf", "config": dataclasses.asdict(cfg),
-                     "image_shape": list(image_shape), "words": int(words),
-                     "proprio_dim": int(proprio_dim), "action_low": tokenizer.low.tolist(),
-                     "action_high": tokenizer.high.tolist()}
+        super().__init__(cfg, image_shape, words, proprio_dim, action_low, action_high)
+        c = image_shape[0]
         self.lm = load_lm(cfg)
         emb = self.lm.get_input_embeddings()
         vocab, d, dtype = emb.num_embeddings, emb.embedding_dim, emb.weight.dtype
@@ -196,20 +188,11 @@ class HFTokenPolicy(TokenPolicy):
         self.proprio = nn.Linear(proprio_dim, d, dtype=dtype)
         scale = emb.weight.detach().float().std()  # the scale of the LM's own token embeddings
         self.bos = nn.Parameter((torch.randn(d) * scale).to(dtype))
-        self.prefix_len = (h // cfg.patch) * (w // cfg.patch) + words + 1 + 1
         params = inspect.signature(self.lm.forward).parameters
         # only the last positions' logits are needed (renamed from num_logits_to_keep in 4.50)
         self._keep_arg = next((k for k in ("logits_to_keep", "num_logits_to_keep")
                                if k in params), None)
         self.lm.eval()
-
-    @classmethod
-    def from_arch(cls, arch: dict[str, Any]) -> HFTokenPolicy:
-        """Rebuild from ``arch``: untrained, or with ``config.path`` the weights saved there (a
-        checkpoint's ``state_dict``, which holds the whole LM, then overwrites them)."""
-        return cls(HFPolicyConfig(**arch["config"]), tuple(arch["image_shape"]), arch["words"],
-                   arch["proprio_dim"], torch.tensor(arch["action_low"]),
-                   torch.tensor(arch["action_high"]))
 
     def train(self, mode: bool = True) -> HFTokenPolicy:
         """Set the adapters' mode; the LM stays in eval mode (see the class docstring)."""

@@ -20,6 +20,7 @@ score at the same temperature).
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -35,6 +36,7 @@ class TokenPolicy(nn.Module, ABC):
     """Observation -> D action tokens; see the module docstring.
 
     Attributes:
+        cfg: the policy family's config.
         tokenizer: actions <-> tokens.
         num_tokens: D, tokens per decision (chunk x action size).
         temperature: the sampling temperature (log-probabilities are those of the tempered
@@ -46,15 +48,40 @@ class TokenPolicy(nn.Module, ABC):
     """Observation groups the policy reads."""
     normalizer = None  # read by learners that fold observations into a normalizer
 
-    def __init__(self, tokenizer: ActionTokenizer, num_tokens: int, temperature: float) -> None:
+    kind: ClassVar[str]
+    """Registry name (``robotrl.registry.POLICIES``), stored in ``arch``."""
+    config_cls: ClassVar[type]
+    """The config dataclass (fields ``chunk``, ``bins``, ``temperature``, ``patch`` at least)."""
+
+    def __init__(self, cfg: Any, image_shape: tuple[int, ...], words: int, proprio_dim: int,
+                 action_low: torch.Tensor, action_high: torch.Tensor) -> None:
+        """Args: ``image_shape`` (C, H, W), ``words`` instruction length, ``proprio_dim`` P,
+        ``action_low``/``action_high`` [A] the bounds of one action (a chunk repeats them).
+        Sets ``prefix_len``: image patches + words + proprioception + BOS."""
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        self.tokenizer, self.num_tokens = tokenizer, int(num_tokens)
-        self.temperature = float(temperature)
-        self.register_buffer("low", tokenizer.low.repeat(num_tokens // tokenizer.low.numel()))
-        self.register_buffer("high", tokenizer.high.repeat(num_tokens // tokenizer.low.numel()))
-        self.arch: dict[str, Any] = {}
+        if cfg.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {cfg.temperature}")
+        c, h, w = image_shape
+        if h % cfg.patch or w % cfg.patch:
+            raise ValueError(f"image {h}x{w} is not a multiple of policy.patch={cfg.patch}")
+        self.cfg = cfg
+        self.tokenizer = tokenizer = ActionTokenizer(action_low, action_high, cfg.bins)
+        self.num_tokens = cfg.chunk * tokenizer.low.numel()
+        self.temperature = float(cfg.temperature)
+        self.register_buffer("low", tokenizer.low.repeat(cfg.chunk))
+        self.register_buffer("high", tokenizer.high.repeat(cfg.chunk))
+        self.prefix_len = (h // cfg.patch) * (w // cfg.patch) + words + 1 + 1
+        self.arch: dict[str, Any] = {
+            "kind": self.kind, "config": dataclasses.asdict(cfg), "image_shape": list(image_shape),
+            "words": int(words), "proprio_dim": int(proprio_dim),
+            "action_low": tokenizer.low.tolist(), "action_high": tokenizer.high.tolist()}
+
+    @classmethod
+    def from_arch(cls, arch: dict[str, Any]) -> TokenPolicy:
+        """Rebuild (untrained) from ``arch``."""
+        return cls(cls.config_cls(**arch["config"]), tuple(arch["image_shape"]), arch["words"],
+                   arch["proprio_dim"], torch.tensor(arch["action_low"]),
+                   torch.tensor(arch["action_high"]))
 
     # ------------------------------------------------------------------ model calls
     @abstractmethod

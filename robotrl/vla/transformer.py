@@ -13,7 +13,6 @@ from torch import nn
 
 from robotrl.types import Obs
 from robotrl.vla.policy import TokenPolicy
-from robotrl.vla.tokenizer import ActionTokenizer
 
 
 @dataclasses.dataclass
@@ -84,39 +83,24 @@ class VLATransformer(TokenPolicy):
     ``policy`` [N, P] float (proprioception).
     """
 
+    kind = "vla"
+    config_cls = VLAConfig
+
     def __init__(self, cfg: VLAConfig, image_shape: tuple[int, ...], words: int,
                  proprio_dim: int, action_low: torch.Tensor, action_high: torch.Tensor) -> None:
-        """Args: ``image_shape`` (C, H, W), ``words`` instruction length, ``proprio_dim`` P,
-        ``action_low``/``action_high`` [A] the bounds of one action (a chunk repeats them)."""
-        tokenizer = ActionTokenizer(action_low, action_high, cfg.bins)
-        super().__init__(tokenizer, cfg.chunk * tokenizer.low.numel(), cfg.temperature)
-        c, h, w = image_shape
-        if h % cfg.patch or w % cfg.patch:
-            raise ValueError(f"image {h}x{w} is not a multiple of policy.patch={cfg.patch}")
-        self.cfg = cfg
-        self.arch = {"kind": "vla", "config": dataclasses.asdict(cfg),
-                     "image_shape": list(image_shape), "words": int(words),
-                     "proprio_dim": int(proprio_dim), "action_low": tokenizer.low.tolist(),
-                     "action_high": tokenizer.high.tolist()}
+        super().__init__(cfg, image_shape, words, proprio_dim, action_low, action_high)
+        c = image_shape[0]
         d = cfg.dim
         self.patches = nn.Conv2d(c, d, cfg.patch, cfg.patch)
         self.words = nn.Embedding(cfg.vocab_size, d)
         self.proprio = nn.Sequential(nn.Linear(proprio_dim, d), nn.LayerNorm(d))
         self.actions = nn.Embedding(cfg.bins + 1, d)  # the last id is BOS
-        self.prefix_len = (h // cfg.patch) * (w // cfg.patch) + words + 1 + 1
         self.pos = nn.Parameter(torch.randn(self.prefix_len + self.num_tokens, d) * 0.02)
         self.blocks = nn.ModuleList(Block(d, cfg.heads) for _ in range(cfg.layers))
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, cfg.bins)
         nn.init.zeros_(self.head.weight)  # uniform initial action distribution
         nn.init.zeros_(self.head.bias)
-
-    @classmethod
-    def from_arch(cls, arch: dict[str, Any]) -> VLATransformer:
-        """Rebuild (untrained) from ``arch``."""
-        return cls(VLAConfig(**arch["config"]), tuple(arch["image_shape"]), arch["words"],
-                   arch["proprio_dim"], torch.tensor(arch["action_low"]),
-                   torch.tensor(arch["action_high"]))
 
     def _prefix(self, obs: Obs) -> torch.Tensor:
         """[N, prefix_len, dim] embeddings of the observation and BOS."""
