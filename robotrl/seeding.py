@@ -25,6 +25,7 @@ STREAMS: dict[str, str] = {
     "randomization": "domain-randomization draws of a batch of worlds (from its env seed)",
     "group-train-states": "the fixed set of initial states a group runner (GRPO) trains from",
     "group-test-states": "the disjoint set of initial states it reports apart",
+    "group-heldout-states": "initial states of a task's held-out compositions it reports apart",
     "group-draws": "which training initial states each round of group sampling uses",
 }
 """Stream names used in robotrl and what each seeds; ``rank-<k>`` streams are per rank."""

@@ -104,7 +104,10 @@ def test_cli_train_then_eval(tmp_path: Path) -> None:
     )
     assert ev.returncode == 0, ev.stderr
     result = json.loads(out.read_text())
-    assert set(result) == {"return_mean", "return_std", "length_mean", "episodes", "seeds"}
+    # inverted_pendulum defines success (the pole still up at the episode's end)
+    assert set(result) == {"return_mean", "return_std", "length_mean", "episodes", "seeds",
+                           "success", "options"}
+    assert result["options"] == {} and 0.0 <= result["success"] <= 1.0
     assert set(result["seeds"]) == {"root", "eval-env", "eval-reset"}
     assert result["episodes"] == 3
     # the best evaluation so far is kept beside last.pt, and eval takes it like any checkpoint

@@ -67,6 +67,10 @@ class MujocoTask(ABC):
     """The task's config dataclass."""
     needs_cfrc_ext: ClassVar[bool] = False
     """Whether the task reads ``cfrc_ext`` as Gymnasium computes it after a step."""
+    heldout_options: ClassVar[dict[str, Any]] = {}
+    """Task options under which resets draw held-out compositions, never seen in training (e.g.
+    tabletop's unseen colour-shape instructions); the group runner evaluates on states drawn
+    with them apart (``eval/heldout/*``). Empty: the task has none."""
 
     def __init__(self, cfg: TaskConfig, model: mujoco.MjModel) -> None:
         self.cfg = cfg

@@ -17,7 +17,9 @@ under ``split="heldout"``, so generalization to new compositions is measured, no
 
 The episode's instruction and colours live in MjData's ``userdata`` (template, target object,
 colour of each object): they are part of the simulator state, so snapshots (``get_state``) and
-GRPO's groups carry them. Observation groups: ``policy`` (gripper position and velocity),
+GRPO's groups carry them. Observation groups: ``policy`` (gripper position: no velocity, as
+demonstrations move at a steady speed and a cloned policy would copy its own velocity instead of
+reading the image, the causal confusion of de Haan et al. 2019),
 ``tokens`` (the instruction's word ids, ``VOCAB``), ``image`` (the ``top`` camera, rendered by
 ``robotrl.envs.camera.RayCamera`` in the backend).
 """
@@ -25,7 +27,7 @@ GRPO's groups carry them. Observation groups: ``policy`` (gripper position and v
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import mujoco
 import torch
@@ -82,7 +84,7 @@ _XML = f"""
     <light pos="0 0 1.5" dir="0 0 -1" directional="true"/>
     <geom name="table" type="box" size="0.32 0.32 0.01" pos="0 0 -0.01" rgba="0.6 0.5 0.4 1"
           contype="0" conaffinity="0"/>
-    <camera name="top" pos="0 -0.32 0.62" xyaxes="1 0 0 0 0.88 0.47" fovy="60"/>
+    <camera name="top" pos="0 0 0.6" xyaxes="1 0 0 0 1 0" fovy="48"/>
 {_planar_body("gripper", 0.5, f'type="cylinder" size="0.02 {_HALF}" mass="0.5" rgba="0.9 0.9 0.9 1"')}
 {_planar_body("cube", 3, f'type="box" size="{_HALF} {_HALF} {_HALF}" mass="0.1"')}
 {_planar_body("ball", 3, f'type="sphere" size="{_HALF}" mass="0.1"')}
@@ -161,6 +163,7 @@ class Tabletop(MujocoTask):
     camera: ClassVar[str] = "top"
     """The policy camera (``image`` group)."""
     num_userdata: ClassVar[int] = 5
+    heldout_options: ClassVar[dict[str, Any]] = {"split": "heldout"}
 
     def __init__(self, cfg: TabletopConfig, model: mujoco.MjModel) -> None:
         super().__init__(cfg, model)
@@ -185,7 +188,7 @@ class Tabletop(MujocoTask):
 
     @property
     def obs_dim(self) -> int:
-        return 4  # gripper (x, y) and its velocity
+        return 2  # gripper (x, y)
 
     @property
     def reward_terms(self) -> tuple[str, ...]:
@@ -283,7 +286,7 @@ class Tabletop(MujocoTask):
 
     # ------------------------------------------------------------------ task
     def observe(self, sim: Sim) -> torch.Tensor:
-        return torch.cat([sim.qpos[:, :2], sim.qvel[:, :2]], dim=1)
+        return sim.qpos[:, :2].clone()
 
     def success(self, sim: Sim) -> torch.Tensor:
         template, _, _ = self.episode(sim)

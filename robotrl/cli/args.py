@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def parse_kv(argv: list[str], allowed: dict[str, type]) -> dict[str, object]:
     """``key=value`` arguments typed by ``allowed``; a bad key names the allowed ones."""
@@ -23,3 +25,22 @@ def parse_kv(argv: list[str], allowed: dict[str, type]) -> dict[str, object]:
         except ValueError:
             raise SystemExit(f"{key}={value!r} is not a valid {kind.__name__}") from None
     return out
+
+
+def split_options(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """``options.KEY=VALUE`` arguments (task options; VALUE parsed as YAML) as ``{KEY: VALUE}``,
+    and the other arguments."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for arg in argv:
+        if not arg.startswith("options."):
+            continue
+        key, sep, value = arg.removeprefix("options.").partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: expected options.KEY=VALUE, got {arg!r}")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise SystemExit(f"error: {arg}: not a YAML value ({err})") from None
+    return out, [a for a in argv if not a.startswith("options.")]

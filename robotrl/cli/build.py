@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -144,5 +145,23 @@ def build_runner(cfg: TrainConfig) -> Runner:
         tensorboard=cfg.logger.tensorboard,
         seed=cfg.seed,
     )
+    extra: dict[str, Any] = {}
+    heldout = heldout_options(cfg)
+    if heldout and runner_cls.heldout_states:
+        held_cfg = dataclasses.replace(cfg, env=dataclasses.replace(
+            cfg.env, options={**cfg.env.options, **heldout}))
+        extra["make_heldout_env"] = lambda: build_env(
+            held_cfg, cfg.num_envs, derive_seed(cfg.seed, "eval-env"), train=False)
     return runner_cls(source, alg, settings, torch.device(cfg.device), make_eval_env,
-                      config=to_dict(cfg))
+                      config=to_dict(cfg), **extra)
+
+
+def heldout_options(cfg: TrainConfig) -> dict[str, Any]:
+    """The options under which ``cfg``'s task draws held-out compositions (``MujocoTask.
+    heldout_options``); empty for tasks without them and for Gymnasium ids."""
+    from robotrl.envs import list_tasks
+    from robotrl.envs.registry import task_class
+
+    if cfg.env.task not in list_tasks():
+        return {}
+    return dict(task_class(cfg.env.task).heldout_options)

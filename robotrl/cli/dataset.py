@@ -8,6 +8,8 @@
         expert=runs/hopper/checkpoints/best.pt        # what that run saw until its checkpoint
     robotrl dataset collect kind=medium-expert checkpoint=MEDIUM.pt expert=EXPERT.pt
     robotrl dataset collect task=tabletop kind=scripted steps=20000 noise=0.3   # demonstrations
+    robotrl dataset collect task=tabletop kind=scripted options.templates=[reach] \
+        options.image_size=16                         # task options (the card records them)
     robotrl dataset info robotrl/hopper/expert-v0
 
 Reference scores go in the card: ``ref_min_score`` is a uniform-random policy's mean return and
@@ -15,7 +17,10 @@ Reference scores go in the card: ``ref_min_score`` is a uniform-random policy's 
 ``eval_episodes`` worlds. ``kind=scripted`` records a task's scripted expert (tasks with one:
 tabletop) with Gaussian action noise ``noise`` (for diverse demonstrations), every observation
 group the task has (image and instruction tokens included) and the noise-free expert as
-``ref_max_score``. The dataset is written with Minari (``out`` is the datasets root,
+``ref_max_score``. ``options.KEY=VALUE`` sets a task option (``env.options`` of a run; values
+are YAML) for ``kind=random`` and ``kind=scripted``; the kinds that act with a checkpoint use
+its run's options. The card records them (``task_options``), and offline runs on the dataset
+evaluate with them. The dataset is written with Minari (``out`` is the datasets root,
 default ``MINARI_DATASETS_PATH``) or, when ``out`` ends in ``.hdf5``, as a D4RL-style file.
 """
 
@@ -27,7 +32,7 @@ from typing import Any
 
 import torch
 
-from robotrl.cli.args import parse_kv
+from robotrl.cli.args import parse_kv, split_options
 
 KINDS: tuple[str, ...] = ("random", "medium", "expert", "medium-replay", "medium-expert",
                           "scripted")
@@ -105,6 +110,7 @@ def collect_main(argv: list[str]) -> None:
     from robotrl.logging import console
     from robotrl.seeding import derive_seed
 
+    options, argv = split_options(argv)
     args = parse_kv(argv, COLLECT_KEYS)
     kind = str(args.get("kind", "random"))
     if kind not in KINDS:
@@ -129,6 +135,11 @@ def collect_main(argv: list[str]) -> None:
         if task and task != cfg.env.task:
             _fail(f"task={task} but {path} was trained on {cfg.env.task}")
         task = cfg.env.task
+    if runs and options:
+        _fail("options.* set the task options of kind=random and kind=scripted; the checkpoint "
+              "kinds act in their run's env (its env.options)")
+    if runs:
+        options = dict(runs[checkpoint or expert][0].env.options)
     if task not in list_tasks():
         _fail(f"unknown task {task!r}; available tasks: {list_tasks()}")
     noise = float(args.get("noise", 0.0 if kind == "random" else 0.1))
@@ -142,7 +153,10 @@ def collect_main(argv: list[str]) -> None:
         _fail(f"{target} exists; pick another out= or id=, or remove it")
 
     # reference scores first: a failure here costs seconds, not a collection
-    rand_env = make(task, episodes, seed=derive_seed(seed, "eval-env"))
+    try:
+        rand_env = make(task, episodes, seed=derive_seed(seed, "eval-env"), **options)
+    except (TypeError, ValueError) as err:
+        _fail(f"task {task!r} options {options}: {err}")
     ref_min = _mean_return(rand_env, uniform_policy(rand_env, torch.Generator().manual_seed(seed)),
                            ref_seed)
     ref_max = None
@@ -165,7 +179,7 @@ def collect_main(argv: list[str]) -> None:
     parts = []
     if kind == "scripted":
         groups = ("policy", *rand_env.task.observation_groups())
-        env = make(task, num_envs, seed=seed, observations=groups)
+        env = make(task, num_envs, seed=seed, observations=groups, **options)
         parts.append(collect(env, _scripted(env, noise, seed), steps,
                              DatasetCard(task=card.task, policy=f"scripted expert, noise {noise}"),
                              seed, 0.0, progress, groups))
@@ -180,7 +194,7 @@ def collect_main(argv: list[str]) -> None:
         if path:
             env, policy = _checkpoint_policy(runs[path], num_envs, part_seed)
         else:
-            env = make(task, num_envs, seed=part_seed)
+            env = make(task, num_envs, seed=part_seed, **options)
             policy = uniform_policy(env, torch.Generator().manual_seed(part_seed))
         part_card = DatasetCard(task=card.task, policy=path or "uniform random")
         parts.append(collect(env, policy, n, part_card, part_seed, noise, progress))
@@ -188,6 +202,7 @@ def collect_main(argv: list[str]) -> None:
     card.policy_return = sum(p.card.policy_return * len(p) for p in parts) / sum(map(len, parts))
     card.seed, card.action_noise = seed, noise
     card.observations = parts[0].card.observations
+    card.task_options = options
     data = parts[0] if len(parts) == 1 else Dataset.concat(parts, card)
     data.card = card
     try:

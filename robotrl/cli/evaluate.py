@@ -1,4 +1,9 @@
-"""``robotrl eval checkpoint=PATH episodes=20 [out=FILE.json] [video=true]``."""
+"""``robotrl eval checkpoint=PATH episodes=20 [out=FILE.json] [video=true] [options.KEY=VALUE]``.
+
+``options.KEY=VALUE`` changes a task option of the run's env for this evaluation, e.g.
+``options.split=heldout`` evaluates a tabletop policy on held-out instructions. Tasks with a
+success criterion also report the success rate (``info["success"]`` at each episode's end).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from robotrl.cli.args import parse_kv
+from robotrl.cli.args import parse_kv, split_options
 
 
 def _video_writer(path: Path):  # noqa: ANN202 - imageio writer
@@ -22,9 +27,10 @@ def eval_main(argv: list[str]) -> None:
     from robotrl.cli.build import build_algo, build_env, load_run
     from robotrl.envs.base import Obs, obs_to
     from robotrl.logging import console
-    from robotrl.runners.evaluation import evaluate
+    from robotrl.runners.evaluation import run_episodes, summarize_episodes
     from robotrl.seeding import derive_seed
 
+    options, argv = split_options(argv)
     args = parse_kv(argv, {"checkpoint": str, "episodes": int, "out": str, "video": bool,
                            "seed": int, "device": str})
     if "checkpoint" not in args:
@@ -35,7 +41,11 @@ def eval_main(argv: list[str]) -> None:
         raise SystemExit(f"episodes must be >= 1, got {episodes}")
     root = int(args.get("seed", cfg.seed))  # seed=S evaluates as a run seeded S would
     seeds = {name: derive_seed(root, name) for name in ("eval-env", "eval-reset")}
-    env = build_env(cfg, episodes, seeds["eval-env"], train=False)
+    cfg.env.options = {**cfg.env.options, **options}
+    try:
+        env = build_env(cfg, episodes, seeds["eval-env"], train=False)
+    except (TypeError, ValueError) as err:
+        raise SystemExit(f"error: {err}") from None
     alg = build_algo(cfg, env.spec, ckpt["algo"])
     device = torch.device(cfg.device)
 
@@ -43,7 +53,8 @@ def eval_main(argv: list[str]) -> None:
         return alg.act_deterministic(obs_to(obs, device)).cpu()
 
     on_step, writer = None, None
-    if args.get("video"):
+    video = bool(args.get("video"))
+    if video:
         video_path = Path(str(args.get("out", "eval.json"))).with_suffix(".mp4")
         try:
             env.reset()
@@ -63,13 +74,20 @@ def eval_main(argv: list[str]) -> None:
                 writer.append_data(e.render(0))
                 done["ended"] = bool(out.terminated[0] | out.truncated[0])
 
-    result = evaluate(policy, env, seed=seeds["eval-reset"], on_step=on_step)
+    obs = env.reset(seed=seeds["eval-reset"])
+    base = getattr(env, "unwrapped", env)
+    if video and hasattr(getattr(base, "task", None), "instructions"):
+        console.print(f"world 0's instruction: {base.task.instructions(base.sim)[0]!r}")
+    result = summarize_episodes(run_episodes(env, obs, policy, on_step=on_step))
     result["seeds"] = {"root": root, **seeds}
+    result["options"] = options
     if writer is not None:
         writer.close()
         console.print(f"video written to {video_path}")
     console.print(f"{cfg.env.task}: return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "
-                  f"length {result['length_mean']:.1f} over {result['episodes']} episodes")
+                  f"length {result['length_mean']:.1f}"
+                  + (f", success {result['success']:.1%}" if "success" in result else "")
+                  + f" over {result['episodes']} episodes")
     if "out" in args:
         write_json(Path(str(args["out"])), result)
         console.print(f"wrote {args['out']}")

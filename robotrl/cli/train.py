@@ -166,7 +166,8 @@ def resolve_config(composed: dict[str, Any], overrides: list[str]) -> TrainConfi
 
 def task_from_dataset(cfg: TrainConfig, overrides: list[str]) -> None:
     """Set ``cfg.env.task`` from the card of ``cfg.dataset`` (its Gymnasium id mapped to the
-    built-in task that reproduces it); an explicit ``env=`` that disagrees is refused."""
+    built-in task that reproduces it) and the task options it was recorded with under those
+    the command gives; an explicit ``env=`` that disagrees is refused."""
     if not cfg.dataset:
         return
     from robotrl.data import load_card
@@ -185,6 +186,8 @@ def task_from_dataset(cfg: TrainConfig, overrides: list[str]) -> None:
         raise ConfigError(f"env={cfg.env.task} but dataset {cfg.dataset} was recorded on "
                           f"{card.task} (task {task}); drop env= or pick another dataset")
     cfg.env.task = task
+    # the task options the data was recorded with, unless the command sets them itself
+    cfg.env.options = {**card.task_options, **cfg.env.options}
 
 
 def save_config(cfg: TrainConfig) -> Path:

@@ -59,6 +59,9 @@ class DatasetCard:
     """Observation groups of a row, flattened and concatenated in this order
     (``robotrl.envs.base.flatten_groups``): ``["policy"]``, or e.g. ``["policy", "tokens",
     "image"]`` for language-conditioned demonstrations."""
+    task_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Task options the data was recorded with (``make(task, **task_options)``, e.g.
+    tabletop's ``templates`` and ``image_size``): offline runs evaluate with them."""
 
     def normalized_score(self, episode_return: float) -> float:
         """100 (return - ref_min) / (ref_max - ref_min), D4RL's normalized score; NaN when the

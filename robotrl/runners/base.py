@@ -201,6 +201,10 @@ class Runner:
     """
 
     learns_from: ClassVar[str] = "env"
+    evaluate_first: ClassVar[bool] = False
+    """Evaluate once before the first iteration of a fresh run (step 0)."""
+    heldout_states: ClassVar[bool] = False
+    """Takes ``make_heldout_env`` (worlds drawing the task's held-out compositions)."""
 
     def __init__(
         self,
@@ -344,6 +348,8 @@ class Runner:
         try:
             with (deferred_interrupt() as stop_requested,
                   ProgressBar(s.total_steps, s.progress, start=self.global_step) as bar):
+                if self.evaluate_first and self.evaluator and not self.evaluations:
+                    self._evaluate(logger)
                 while self.global_step < s.total_steps:
                     if stop_requested():
                         raise KeyboardInterrupt

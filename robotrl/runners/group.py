@@ -9,7 +9,12 @@ updates once its batch is full. Initial states come from a fixed **train** set a
 the run dir. Evaluation runs the deterministic policy from the test set and from as many train
 states, and reports them apart (``eval/train/*``, ``eval/test/*``); ``best.pt`` is chosen on
 the train states, so nothing is ever selected on test states. Evaluation episodes run to the
-task's episode limit even when training rounds are shorter (``algo.num_steps``).
+task's episode limit even when training rounds are shorter (``algo.num_steps``). Tasks with
+held-out compositions (``MujocoTask.heldout_options``, e.g. tabletop's unseen colour-shape
+instructions) get a third set, ``heldout``, drawn once with those options (stream
+``group-heldout-states``) and reported as ``eval/heldout/*``: a snapshot carries the
+instruction, so the training worlds run it. The policy is evaluated once before the first
+update too (step 0: the starting point of a fine-tuning run).
 ``global_step`` counts every simulated step (all worlds, until the round's last episode ends).
 """
 
@@ -73,7 +78,8 @@ class GroupEvaluator:
     def __init__(self, env: BatchedEnv, states: dict[str, torch.Tensor], device: torch.device,
                  outcome: str = "return") -> None:
         """Args: ``env`` the worlds to run in (states go in chunks of ``env.num_envs``);
-        ``states`` ``{"train": [K, S], "test": [K', S]}``; ``outcome`` selects ``best.pt``."""
+        ``states`` ``{"train": [K, S], "test": [K', S]}`` and optionally ``"heldout"``
+        (reported apart like ``test``); ``outcome`` selects ``best.pt``."""
         self.env, self.states, self.device = env, states, device
         self.select = f"eval/train/{outcome}"
         self.last: dict[str, float] | None = None
@@ -92,11 +98,15 @@ class GroupEvaluator:
         return summarize_episodes({k: torch.cat([p[k] for p in parts]) for k in parts[0]})
 
     def __call__(self, learner: Any) -> dict[str, float]:
-        train = self._split(learner, self.states["train"][: len(self.states["test"])])
-        test = self._split(learner, self.states["test"])
-        self.last = {**train, **{f"test_{k}": v for k, v in test.items()}}
+        results = {"train": self._split(learner, self.states["train"][: len(self.states["test"])])}
+        results.update({split: self._split(learner, states) for split, states
+                        in self.states.items() if split != "train"})
+        self.last = dict(results["train"])
+        for split, result in results.items():
+            if split != "train":
+                self.last.update({f"{split}_{k}": v for k, v in result.items()})
         metrics = {}
-        for split, result in (("train", train), ("test", test)):
+        for split, result in results.items():
             metrics[f"eval/{split}/return"] = result["return_mean"]
             metrics[f"eval/{split}/length"] = result["length_mean"]
             if "success" in result:
@@ -108,11 +118,17 @@ class GroupRunner(Runner):
     """Rounds of group rollouts until the learner's batch is full, then an update."""
 
     alg: GroupAlgorithm
+    evaluate_first = True
+    heldout_states = True
 
     def __init__(self, env: BatchedEnv, alg: GroupAlgorithm, settings: RunnerSettings,
                  device: torch.device, make_eval_env: Callable[[], BatchedEnv] | None = None,
-                 config: dict[str, Any] | None = None) -> None:
+                 config: dict[str, Any] | None = None,
+                 make_heldout_env: Callable[[], BatchedEnv] | None = None) -> None:
+        """``make_heldout_env`` builds worlds whose resets draw the task's held-out
+        compositions (the ``heldout`` states come from it once); None: the task has none."""
         super().__init__(env, alg, settings, device, None, config)
+        self.make_heldout_env = make_heldout_env
         cfg = alg.cfg
         groups = env.num_envs // cfg.group_size  # the learner checked the division
         if cfg.train_states < groups:
@@ -139,8 +155,8 @@ class GroupRunner(Runner):
         self.evaluator = GroupEvaluator(self.env, self.states, device, cfg.outcome)
 
     def _initial_states(self, path: Path) -> dict[str, torch.Tensor]:
-        """The run's train and test states: read from ``path`` (a resumed or repeated run),
-        else drawn and written there atomically."""
+        """The run's train and test (and heldout) states: read from ``path`` (a resumed or
+        repeated run), else drawn and written there atomically."""
         cfg, seed, task = self.alg.cfg, self.settings.seed, self.env.spec.task
         if path.exists():
             try:
@@ -154,16 +170,19 @@ class GroupRunner(Runner):
                 raise ValueError(f"{path} holds {shapes} states of task {saved['task']!r}, seed "
                                  f"{saved['seed']}; this run needs {expected} of {task!r}, seed "
                                  f"{seed}: use another run_dir")
-            return {"train": saved["train"], "test": saved["test"]}
-        train = draw_initial_states(self.env, cfg.train_states,
-                                    derive_seed(seed, "group-train-states"))
-        test = draw_initial_states(self.env, cfg.test_states,
-                                   derive_seed(seed, "group-test-states"))
-        if bool((torch.cdist(train, test) == 0).any()):
+            return {k: saved[k] for k in ("train", "test", "heldout") if k in saved}
+        states = {"train": draw_initial_states(self.env, cfg.train_states,
+                                               derive_seed(seed, "group-train-states")),
+                  "test": draw_initial_states(self.env, cfg.test_states,
+                                              derive_seed(seed, "group-test-states"))}
+        if bool((torch.cdist(states["train"], states["test"]) == 0).any()):
             raise RuntimeError("train and test initial states overlap; the task's reset "
                                "distribution is too narrow for disjoint sets")
-        save_checkpoint(path, {"train": train, "test": test, "task": task, "seed": seed})
-        return {"train": train, "test": test}
+        if self.make_heldout_env is not None:
+            states["heldout"] = draw_initial_states(self.make_heldout_env(), cfg.test_states,
+                                                    derive_seed(seed, "group-heldout-states"))
+        save_checkpoint(path, {**states, "task": task, "seed": seed})
+        return states
 
     def _extra_state(self) -> dict[str, Any]:
         return {"group_generator": self.generator.get_state()}
@@ -210,6 +229,9 @@ class GroupRunner(Runner):
             "rollout/return": ret.mean().item(),
             "rollout/length": torch.cat([r["length"] for r in rounds]).double().mean().item(),
             "perf/sps": steps / (t2 - t0), "perf/collect_s": t1 - t0, "perf/update_s": t2 - t1,
+            # policy decisions per second of collection, over all worlds (sampling and
+            # simulating; a token policy's decision is one action chunk, one wrapped step)
+            "perf/decisions_per_s": steps / (t1 - t0),
         })
         if "success" in rounds[0]:
             metrics["rollout/success"] = torch.cat(

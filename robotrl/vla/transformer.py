@@ -1,6 +1,8 @@
 """A small vision-language-action transformer, written here: image patches, instruction words and
 proprioception form a prefix; action tokens follow, decoded autoregressively with a KV cache,
-batched over worlds (one decoder, causal throughout, pre-LayerNorm blocks)."""
+batched over worlds (one decoder, pre-LayerNorm blocks). Attention is a prefix-LM's
+(PaliGemma's): the prefix attends both ways, so an image patch can already read the instruction
+in the first layer, and action tokens attend causally."""
 
 from __future__ import annotations
 
@@ -57,21 +59,22 @@ class Block(nn.Module):
         self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
-    def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None
+    def forward(self, x: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None,
+                mask: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """``x`` [N, S, dim] new positions after the ``cache`` ([N, heads, S', dim / heads]
-        keys and values of the earlier ones); causal within ``x``."""
+        keys and values of the earlier ones); without a cache, ``mask`` [S, S] bool says which
+        positions each one attends to (None: all)."""
         n, s, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(n, s, 3, self.heads, d // self.heads).unbind(2)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
-        if s == 1:  # one new position sees everything before it
-            att = F.scaled_dot_product_attention(q, k, v)
-        elif cache is None:
-            att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
+        if cache is not None and s > 1:
             raise ValueError("several new positions after a cache are not supported")
+        # one new position after a cache sees everything before it
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=None if cache is not None
+                                             else mask)
         x = x + self.out(att.transpose(1, 2).reshape(n, s, d))
         return x + self.mlp(self.ln2(x)), (k, v)
 
@@ -91,7 +94,16 @@ class VLATransformer(TokenPolicy):
         super().__init__(cfg, image_shape, words, proprio_dim, action_low, action_high)
         c = image_shape[0]
         d = cfg.dim
-        self.patches = nn.Conv2d(c, d, cfg.patch, cfg.patch)
+        # a per-pixel layer sees each pixel's colour with its (x, y) in [-1, 1] (CoordConv, Liu
+        # et al. 2018) before the patches are embedded: a linear patch embedding alone sums
+        # colours over the patch and cannot say where in it an object is, and a patch is wider
+        # than what a policy must resolve (objects are a few pixels)
+        h, w = image_shape[1:]
+        grid = torch.stack(torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w),
+                                          indexing="ij")[::-1])
+        self.register_buffer("coords", grid[None], persistent=False)
+        self.pixels = nn.Sequential(nn.Linear(c + 2, d // 4), nn.GELU())
+        self.patches = nn.Linear(cfg.patch**2 * (d // 4), d)
         self.words = nn.Embedding(cfg.vocab_size, d)
         self.proprio = nn.Sequential(nn.Linear(proprio_dim, d), nn.LayerNorm(d))
         self.actions = nn.Embedding(cfg.bins + 1, d)  # the last id is BOS
@@ -105,7 +117,12 @@ class VLATransformer(TokenPolicy):
     def _prefix(self, obs: Obs) -> torch.Tensor:
         """[N, prefix_len, dim] embeddings of the observation and BOS."""
         image = obs["image"].float() / 255.0 - 0.5
-        patches = self.patches(image).flatten(2).transpose(1, 2)
+        image = torch.cat([image, self.coords.expand(len(image), -1, -1, -1)], 1)
+        pixels = self.pixels(image.permute(0, 2, 3, 1))  # [N, H, W, F], channels last
+        n, h, w, f = pixels.shape
+        p = self.cfg.patch
+        patches = self.patches(pixels.reshape(n, h // p, p, w // p, p, f).transpose(2, 3)
+                               .reshape(n, (h // p) * (w // p), p * p * f))
         words = self.words(obs["tokens"].long())
         proprio = self.proprio(obs["policy"].float())[:, None]
         bos = self.actions.weight[-1].expand(len(image), 1, -1)
@@ -113,9 +130,14 @@ class VLATransformer(TokenPolicy):
 
     def _run(self, x: torch.Tensor, caches: list[Any] | None
              ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        mask = None
+        if caches is None and x.shape[1] > self.prefix_len:  # teacher forcing: prefix-LM mask
+            s = x.shape[1]
+            mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+            mask[: self.prefix_len, : self.prefix_len] = True
         new = []
         for i, block in enumerate(self.blocks):
-            x, kv = block(x, None if caches is None else caches[i])
+            x, kv = block(x, None if caches is None else caches[i], mask)
             new.append(kv)
         return self.head(self.ln(x)), new
 

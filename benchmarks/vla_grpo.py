@@ -1,0 +1,237 @@
+"""Behaviour cloning then GRPO for the small VLA on the tabletop task: success on test initial
+states and on held-out instructions, before and after RL, over seeds; rollout throughput.
+
+    python benchmarks/vla_grpo.py                  # 3 seeds, the defaults below
+    python benchmarks/vla_grpo.py --seeds 1 --bc-updates 1000 --grpo-steps 20000   # a quick look
+
+The whole pipeline runs through the CLI, as a user would:
+
+1. ``robotrl dataset collect task=tabletop kind=scripted`` with the task options below
+   (``--templates``, ``--image-size``): noisy scripted demonstrations, every observation group.
+2. Per seed, ``robotrl train algo=bc policy=vla dataset=<demos>``: token cross-entropy on
+   action chunks.
+3. Per seed, ``robotrl train algo=grpo policy=vla init=<the BC run> algo.outcome=success``: the
+   group runner evaluates the policy before the first update (step 0: the BC policy) and every
+   ``--eval-every`` iterations on the run's fixed test states and on states drawn with held-out
+   instructions (colour-shape pairs never a target in the demonstrations or the training
+   states), deterministic decoding, full episodes.
+
+Reported: per seed, success before and after on both sets; mean and 95% Student-t CI over
+seeds; the paired gain (after - before) with its CI and whether it exceeds the seed-to-seed
+spread (the standard deviation over seeds of the BC policies' success). Then the rollout
+throughput of the small VLA (sampled decisions with the simulator and ray camera, per second,
+at 64/128/256 worlds), measured after training with nothing else running. Seeds train two at
+a time (``--parallel``) with one torch thread each.
+
+Writes ``<out>/vla_grpo.json`` and ``<out>/vla_grpo.png``. An interrupted benchmark resumes its
+runs (``common.train_subprocess``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import banner, machine_meta, train_subprocess, write_json
+from rich.console import Console
+
+from robotrl.stats import mean_interval
+
+console = Console()
+SETS = {"test": "test_success", "heldout": "heldout_success"}
+"""Reported state sets and their key in a run's evaluations."""
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--parallel", type=int, default=2, help="runs at a time (one thread each)")
+    p.add_argument("--templates", default="reach", help="tabletop instruction templates")
+    p.add_argument("--image-size", type=int, default=16)
+    p.add_argument("--demo-steps", type=int, default=20480)
+    p.add_argument("--noise", type=float, default=0.1, help="demonstration action noise")
+    p.add_argument("--bc-updates", type=int, default=6000)
+    p.add_argument("--grpo-steps", type=int, default=150_000,
+                   help="GRPO decisions (wrapped env steps over all worlds)")
+    p.add_argument("--eval-every", type=int, default=5, help="GRPO iterations between evals")
+    p.add_argument("--policy", nargs="*", default=["policy.bins=32", "policy.patch=4"],
+                   help="policy= overrides shared by BC and GRPO")
+    p.add_argument("--grpo", nargs="*", default=[], help="extra GRPO overrides")
+    p.add_argument("--out", default="benchmarks/results/vla_grpo")
+    return p.parse_args()
+
+
+def options(args: argparse.Namespace) -> list[str]:
+    return [f"[{args.templates}]", str(args.image_size)]
+
+
+def collect(args: argparse.Namespace, out: Path) -> Path:
+    """The demonstrations (kept between invocations)."""
+    demos = out / "demos.hdf5"
+    if demos.exists():
+        return demos
+    templates, size = options(args)
+    cmd = [sys.executable, "-m", "robotrl.cli.main", "dataset", "collect", "task=tabletop",
+           "kind=scripted", f"steps={args.demo_steps}", f"noise={args.noise}", "num_envs=128",
+           "progress=false", f"out={demos}", f"options.templates={templates}",
+           f"options.image_size={size}"]
+    subprocess.run(cmd, check=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+    return demos
+
+
+def run_seed(args: argparse.Namespace, seed: int, demos: Path, out: Path) -> dict[str, Any]:
+    """BC then GRPO for one seed; the GRPO run's evaluations."""
+    import torch
+
+    common = [f"seed={seed}", "policy=vla", *args.policy, "torch_threads=1",
+              "logger.progress=false"]
+    bc_dir, grpo_dir = out / f"bc_s{seed}", out / f"grpo_s{seed}"
+    bc_s, failed = train_subprocess(
+        ["algo=bc", f"dataset={demos}", f"total_steps={args.bc_updates}", "eval_interval=0",
+         "algo.batch_size=128", "algo.actor_lr=1e-3", "eval_episodes=64", *common],
+        bc_dir, f"bc seed {seed}")
+    if failed:
+        raise RuntimeError(f"BC seed {seed} failed")
+    templates, size = options(args)
+    grpo_s, failed = train_subprocess(
+        ["algo=grpo", "env=tabletop", f"env.options.templates={templates}",
+         f"env.options.image_size={size}", f"init={bc_dir / 'checkpoints' / 'last.pt'}",
+         "algo.outcome=success", "algo.test_states=128", "num_envs=128",
+         f"total_steps={args.grpo_steps}", f"eval_interval={args.eval_every}", *common,
+         *args.grpo], grpo_dir, f"grpo seed {seed}")
+    if failed:
+        raise RuntimeError(f"GRPO seed {seed} failed")
+    ckpt = torch.load(grpo_dir / "checkpoints" / "last.pt", map_location="cpu",
+                      weights_only=False)
+    curve = [{"step": e["step"], "train": e["success"],
+              **{name: e[key] for name, key in SETS.items()}} for e in ckpt["evaluations"]]
+    console.print(f"seed {seed}: BC {bc_s / 60:.1f} min, GRPO {grpo_s / 60:.1f} min; test "
+                  f"{curve[0]['test']:.2f} -> {curve[-1]['test']:.2f}, held-out "
+                  f"{curve[0]['heldout']:.2f} -> {curve[-1]['heldout']:.2f}")
+    return {"seed": seed, "bc_seconds": bc_s, "grpo_seconds": grpo_s, "curve": curve,
+            "grpo_run": str(grpo_dir)}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Before/after mean and CI per set, the paired gain, and the spread test."""
+    out: dict[str, Any] = {}
+    for name in SETS:
+        before = [r["curve"][0][name] for r in runs]
+        after = [r["curve"][-1][name] for r in runs]
+        gain = [a - b for a, b in zip(after, before, strict=True)]
+        spread = float(np.std(before, ddof=1)) if len(runs) > 1 else float("nan")
+        out[name] = {"before": before, "after": after, "gain": gain,
+                     "before_ci": mean_interval(before), "after_ci": mean_interval(after),
+                     "gain_ci": mean_interval(gain), "bc_seed_spread": spread,
+                     "gain_exceeds_spread": bool(len(runs) > 1 and np.mean(gain) > spread
+                                                 and mean_interval(gain)[1] > 0)}
+    return out
+
+
+def throughput(run: dict[str, Any], worlds: tuple[int, ...] = (64, 128, 256)
+               ) -> dict[str, float]:
+    """Sampled decisions per second of the trained policy with the simulator and camera
+    (median of 3 episodes per size, all threads)."""
+    import torch
+
+    from robotrl.cli.build import build_algo, build_env, load_run
+
+    cfg, ckpt = load_run(str(Path(run["grpo_run"]) / "checkpoints" / "last.pt"))
+    torch.set_num_threads(os.cpu_count() or 1)
+    out = {}
+    for n in worlds:
+        env = build_env(cfg, n, 0, train=False)
+        alg = build_algo(cfg, env.spec, ckpt["algo"])
+        gen = torch.Generator().manual_seed(0)
+        rates = []
+        for _ in range(3):
+            obs = env.reset(seed=0)
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                for _ in range(env.spec.max_episode_steps):
+                    action, _ = alg.policy.sample(obs, gen)
+                    obs = env.step(action).obs
+            rates.append(n * env.spec.max_episode_steps / (time.perf_counter() - t0))
+        out[str(n)] = float(np.median(rates))
+        console.print(f"  {n} worlds: {out[str(n)]:,.0f} decisions/s "
+                      f"({out[str(n)] * cfg.policy.chunk:,.0f} env steps/s)")
+    return out
+
+
+def figure(runs: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    colours = {"test": "tab:blue", "heldout": "tab:orange"}
+    for name, colour in colours.items():
+        for r in runs:
+            steps = [p["step"] for p in r["curve"]]
+            ax.plot(steps, [p[name] for p in r["curve"]], color=colour, alpha=0.35, lw=1)
+        steps = [p["step"] for p in runs[0]["curve"]]
+        length = min(len(r["curve"]) for r in runs)
+        mean = np.mean([[p[name] for p in r["curve"][:length]] for r in runs], axis=0)
+        ax.plot(steps[:length], mean, color=colour, lw=2.5,
+                label=f"{name} states (mean of {len(runs)} seeds)")
+    ax.set_xlabel("GRPO decisions (all worlds)")
+    ax.set_ylabel("success rate (deterministic)")
+    ax.set_title("GRPO from the BC policy (step 0)")
+    ax.set_ylim(0, 1)
+    ax.legend()
+    x = np.arange(len(SETS))
+    for k, (when, colour) in enumerate((("before", "tab:gray"), ("after", "tab:green"))):
+        m = [summary[n][f"{when}_ci"][0] for n in SETS]
+        lo = [summary[n][f"{when}_ci"][0] - summary[n][f"{when}_ci"][1] for n in SETS]
+        hi = [summary[n][f"{when}_ci"][2] - summary[n][f"{when}_ci"][0] for n in SETS]
+        bx.bar(x + (k - 0.5) * 0.38, m, 0.38, yerr=[lo, hi], capsize=4, color=colour,
+               label="BC (before GRPO)" if when == "before" else "BC + GRPO")
+    bx.set_xticks(x, ["test states", "held-out instructions"])
+    bx.set_ylabel("success rate, mean and 95% CI over seeds")
+    bx.set_ylim(0, 1)
+    bx.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    console.print(f"wrote {path}")
+
+
+def main() -> None:
+    args = parse()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    console.print(banner("VLA: BC then GRPO on tabletop",
+                         f"templates {args.templates}, image {args.image_size}px, "
+                         f"{args.seeds} seeds, BC {args.bc_updates} updates, GRPO "
+                         f"{args.grpo_steps:,} decisions"))
+    demos = collect(args, out)
+    with ThreadPoolExecutor(args.parallel) as pool:
+        runs = list(pool.map(lambda s: run_seed(args, s, demos, out), range(args.seeds)))
+    summary = summarize(runs)
+    for name in SETS:
+        s = summary[name]
+        console.print(f"{name:>8}: BC {s['before_ci'][0]:.3f} [{s['before_ci'][1]:.3f}, "
+                      f"{s['before_ci'][2]:.3f}] -> GRPO {s['after_ci'][0]:.3f} "
+                      f"[{s['after_ci'][1]:.3f}, {s['after_ci'][2]:.3f}]; gain "
+                      f"{s['gain_ci'][0]:+.3f} [{s['gain_ci'][1]:+.3f}, {s['gain_ci'][2]:+.3f}], "
+                      f"BC seed spread (std) {s['bc_seed_spread']:.3f}: "
+                      f"{'PASS' if s['gain_exceeds_spread'] else 'MISS'}")
+    console.print("rollout throughput of the small VLA (sampling + simulator + camera):")
+    rates = throughput(runs[0])
+    figure(runs, summary, out / "vla_grpo.png")
+    write_json(out / "vla_grpo.json", {"machine": machine_meta(), "args": vars(args),
+                                       "runs": runs, "summary": summary,
+                                       "decisions_per_s": rates}, console)
+    json.dumps(summary)  # the report is plain JSON
+
+
+if __name__ == "__main__":
+    main()
