@@ -56,21 +56,28 @@ def parse() -> argparse.Namespace:
     p.add_argument("--parallel", type=int, default=2, help="runs at a time (one thread each)")
     p.add_argument("--templates", default="reach", help="tabletop instruction templates")
     p.add_argument("--image-size", type=int, default=16)
-    p.add_argument("--demo-steps", type=int, default=20480)
+    p.add_argument("--episode-steps", type=int, default=20, help="tabletop max_episode_steps")
+    p.add_argument("--demo-steps", type=int, default=10240,
+                   help="demonstration steps (512 episodes of 20 steps: BC stays short of the "
+                        "expert, as with few demonstrations per task)")
     p.add_argument("--noise", type=float, default=0.1, help="demonstration action noise")
-    p.add_argument("--bc-updates", type=int, default=6000)
-    p.add_argument("--grpo-steps", type=int, default=150_000,
+    p.add_argument("--bc-updates", type=int, default=4000)
+    p.add_argument("--bc-lr", type=float, default=3e-3)
+    p.add_argument("--grpo-steps", type=int, default=200_000,
                    help="GRPO decisions (wrapped env steps over all worlds)")
-    p.add_argument("--eval-every", type=int, default=5, help="GRPO iterations between evals")
+    p.add_argument("--eval-every", type=int, default=10, help="GRPO iterations between evals")
     p.add_argument("--policy", nargs="*", default=["policy.bins=32", "policy.patch=4"],
                    help="policy= overrides shared by BC and GRPO")
-    p.add_argument("--grpo", nargs="*", default=[], help="extra GRPO overrides")
+    p.add_argument("--grpo", nargs="*", default=["algo.learning_rate=3e-4", "algo.num_epochs=2"],
+                   help="GRPO overrides")
     p.add_argument("--out", default="benchmarks/results/vla_grpo")
     return p.parse_args()
 
 
-def options(args: argparse.Namespace) -> list[str]:
-    return [f"[{args.templates}]", str(args.image_size)]
+def options(args: argparse.Namespace) -> dict[str, str]:
+    """The tabletop options of every run (``env.options.*`` / ``options.*``)."""
+    return {"templates": f"[{args.templates}]", "image_size": str(args.image_size),
+            "max_episode_steps": str(args.episode_steps)}
 
 
 def collect(args: argparse.Namespace, out: Path) -> Path:
@@ -78,11 +85,10 @@ def collect(args: argparse.Namespace, out: Path) -> Path:
     demos = out / "demos.hdf5"
     if demos.exists():
         return demos
-    templates, size = options(args)
     cmd = [sys.executable, "-m", "robotrl.cli.main", "dataset", "collect", "task=tabletop",
            "kind=scripted", f"steps={args.demo_steps}", f"noise={args.noise}", "num_envs=128",
-           "progress=false", f"out={demos}", f"options.templates={templates}",
-           f"options.image_size={size}"]
+           "progress=false", f"out={demos}",
+           *[f"options.{k}={v}" for k, v in options(args).items()]]
     subprocess.run(cmd, check=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
     return demos
 
@@ -96,14 +102,13 @@ def run_seed(args: argparse.Namespace, seed: int, demos: Path, out: Path) -> dic
     bc_dir, grpo_dir = out / f"bc_s{seed}", out / f"grpo_s{seed}"
     bc_s, failed = train_subprocess(
         ["algo=bc", f"dataset={demos}", f"total_steps={args.bc_updates}", "eval_interval=0",
-         "algo.batch_size=128", "algo.actor_lr=1e-3", "eval_episodes=64", *common],
+         "algo.batch_size=128", f"algo.actor_lr={args.bc_lr}", "eval_episodes=64", *common],
         bc_dir, f"bc seed {seed}")
     if failed:
         raise RuntimeError(f"BC seed {seed} failed")
-    templates, size = options(args)
     grpo_s, failed = train_subprocess(
-        ["algo=grpo", "env=tabletop", f"env.options.templates={templates}",
-         f"env.options.image_size={size}", f"init={bc_dir / 'checkpoints' / 'last.pt'}",
+        ["algo=grpo", "env=tabletop", *[f"env.options.{k}={v}" for k, v in options(args).items()],
+         f"init={bc_dir / 'checkpoints' / 'last.pt'}",
          "algo.outcome=success", "algo.test_states=128", "num_envs=128",
          f"total_steps={args.grpo_steps}", f"eval_interval={args.eval_every}", *common,
          *args.grpo], grpo_dir, f"grpo seed {seed}")

@@ -29,6 +29,12 @@ def test_unknown_nested_key() -> None:
         check_overrides(["algo.learning_rat=1e-3"])
     with pytest.raises(ConfigError, match="allowed keys in backend"):
         check_overrides(["backend.threads=2"])
+    # policy fields are those of the chosen policy family (none for the algorithm's MLP)
+    check_overrides(["algo=bc", "policy=vla", "policy.bins=32", "policy.keypoints=0"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'policy.bin'.*'bins'"):
+        check_overrides(["policy=vla", "policy.bin=32"])
+    with pytest.raises(ConfigError, match=r"allowed keys in policy: \[\]"):
+        check_overrides(["policy.bins=32"])
 
 
 def test_valid_overrides_pass() -> None:

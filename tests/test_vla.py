@@ -93,9 +93,10 @@ def test_splits_hold_out_compositions_and_snapshots_carry_the_instruction() -> N
     assert other.task.instructions(other.sim) == env.task.instructions(env.sim)
 
 
-def test_token_log_probs_are_the_sampling_distribution() -> None:
+@pytest.mark.parametrize("keypoints", [4, 0])
+def test_token_log_probs_are_the_sampling_distribution(keypoints: int) -> None:
     env = _env(4)
-    policy = _policy(env, temperature=1.5)
+    policy = _policy(env, temperature=1.5, keypoints=keypoints)
     torch.nn.init.normal_(policy.head.weight, 0.0, 0.5)
     obs = env.observe()
     with torch.no_grad():

@@ -23,7 +23,7 @@ from robotrl.config import (
     to_dict,
     validate,
 )
-from robotrl.registry import algo_config_class
+from robotrl.registry import POLICIES, algo_config_class, policy_config_class
 
 GROUPS = ("algo", "env", "policy", "backend", "logger", "randomization")
 
@@ -53,10 +53,11 @@ def check_overrides(overrides: list[str]) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parsed = OverridesParser.create().parse_overrides(overrides)
-    algo = "ppo"
+    chosen = {"algo": "ppo", "policy": "mlp"}
     for o in parsed:
-        if o.key_or_group == "algo" and not o.is_sweep_override():
-            algo = str(o.value())
+        if o.key_or_group in chosen and not o.is_sweep_override():
+            chosen[o.key_or_group] = str(o.value())
+    algo = chosen["algo"]
     top = _fields(TrainConfig)
     nested = {"env": _fields(EnvConfig), "backend": _fields(BackendConfig),
               "logger": _fields(LoggerConfig), "randomization": _fields(RandomizationConfig)}
@@ -78,6 +79,11 @@ def check_overrides(overrides: list[str]) -> None:
             continue
         if parts[0] == "algo":
             allowed = _fields(algo_config_class(algo))
+        elif parts[0] == "policy":
+            if chosen["policy"] not in POLICIES:
+                raise ConfigError(f"unknown policy {chosen['policy']!r}; available: "
+                                  f"{list(POLICIES)}")
+            allowed = _fields(policy_config_class(chosen["policy"]))
         elif parts[0] in nested:
             if parts[0] == "env" and parts[1] == "options":
                 continue  # task options are checked by the task's own config

@@ -37,8 +37,13 @@ class VLAConfig:
     """Image patch side (pixels); the image side must be a multiple."""
     vocab_size: int = 32
     """Instruction word ids must be below this."""
+    keypoints: int = 16
+    """Spatial-softmax keypoint tokens beside the patches (Levine et al. 2016): each is the
+    expected image position of one learned per-pixel feature; 0: patches only."""
 
     def __post_init__(self) -> None:
+        if self.keypoints < 0:
+            raise ValueError(f"policy.keypoints must be >= 0, got {self.keypoints}")
         for name in ("chunk", "bins", "dim", "layers", "heads", "patch", "vocab_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"policy.{name} must be >= 1, got {getattr(self, name)}")
@@ -80,7 +85,8 @@ class Block(nn.Module):
 
 
 class VLATransformer(TokenPolicy):
-    """Prefix [image patches, instruction words, proprioception, BOS] then action tokens.
+    """Prefix [image patches, image keypoints, instruction words, proprioception, BOS] then
+    action tokens.
 
     Observation groups: ``image`` [N, 3, H, W] uint8, ``tokens`` [N, W] long (0 pads),
     ``policy`` [N, P] float (proprioception).
@@ -104,6 +110,12 @@ class VLATransformer(TokenPolicy):
         self.register_buffer("coords", grid[None], persistent=False)
         self.pixels = nn.Sequential(nn.Linear(c + 2, d // 4), nn.GELU())
         self.patches = nn.Linear(cfg.patch**2 * (d // 4), d)
+        self.prefix_len += cfg.keypoints
+        if cfg.keypoints:
+            self.heat = nn.Sequential(nn.Linear(c + 2, d // 2), nn.GELU(),
+                                      nn.Linear(d // 2, cfg.keypoints))
+            self.keypoint = nn.Linear(2, d)
+            self.keypoint_id = nn.Parameter(torch.randn(cfg.keypoints, d) * 0.02)
         self.words = nn.Embedding(cfg.vocab_size, d)
         self.proprio = nn.Sequential(nn.Linear(proprio_dim, d), nn.LayerNorm(d))
         self.actions = nn.Embedding(cfg.bins + 1, d)  # the last id is BOS
@@ -118,11 +130,18 @@ class VLATransformer(TokenPolicy):
         """[N, prefix_len, dim] embeddings of the observation and BOS."""
         image = obs["image"].float() / 255.0 - 0.5
         image = torch.cat([image, self.coords.expand(len(image), -1, -1, -1)], 1)
-        pixels = self.pixels(image.permute(0, 2, 3, 1))  # [N, H, W, F], channels last
+        image = image.permute(0, 2, 3, 1)  # [N, H, W, C + 2], channels last
+        pixels = self.pixels(image)
         n, h, w, f = pixels.shape
         p = self.cfg.patch
         patches = self.patches(pixels.reshape(n, h // p, p, w // p, p, f).transpose(2, 3)
                                .reshape(n, (h // p) * (w // p), p * p * f))
+        if self.cfg.keypoints:  # spatial softmax: where each feature's heat map peaks
+            # logits x10: near-uniform heat maps at initialization put every keypoint at the
+            # image centre and give the features almost no gradient
+            heat = (10 * self.heat(image)).reshape(n, h * w, -1).softmax(1)  # [N, HW, K]
+            where = heat.transpose(1, 2) @ self.coords.flatten(2)[0].T  # [N, K, 2]
+            patches = torch.cat([patches, self.keypoint(where) + self.keypoint_id], 1)
         words = self.words(obs["tokens"].long())
         proprio = self.proprio(obs["policy"].float())[:, None]
         bos = self.actions.weight[-1].expand(len(image), 1, -1)
