@@ -71,6 +71,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--grpo", nargs="*", default=["algo.learning_rate=3e-4", "algo.num_epochs=2"],
                    help="GRPO overrides")
     p.add_argument("--out", default="benchmarks/results/vla_grpo")
+    p.add_argument("--plot-only", action="store_true",
+                   help="redraw <out>/vla_grpo.png from <out>/vla_grpo.json")
     return p.parse_args()
 
 
@@ -178,8 +180,9 @@ def figure(runs: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> N
     import matplotlib.pyplot as plt
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
-    colours = {"test": "tab:blue", "heldout": "tab:orange"}
-    for name, colour in colours.items():
+    colours = {"test": ("tab:blue", "test states"),
+               "heldout": ("tab:orange", "held-out instructions")}
+    for name, (colour, label) in colours.items():
         for r in runs:
             steps = [p["step"] for p in r["curve"]]
             ax.plot(steps, [p[name] for p in r["curve"]], color=colour, alpha=0.35, lw=1)
@@ -187,8 +190,9 @@ def figure(runs: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> N
         length = min(len(r["curve"]) for r in runs)
         mean = np.mean([[p[name] for p in r["curve"][:length]] for r in runs], axis=0)
         ax.plot(steps[:length], mean, color=colour, lw=2.5,
-                label=f"{name} states (mean of {len(runs)} seeds)")
-    ax.set_xlabel("GRPO decisions (all worlds)")
+                label=f"{label} (mean of {len(runs)} seeds)")
+    ax.set_xlabel("GRPO decisions (all worlds); thin lines: seeds")
+    ax.xaxis.set_major_formatter(lambda x, _: f"{x / 1000:.0f}k")
     ax.set_ylabel("success rate (deterministic)")
     ax.set_title("GRPO from the BC policy (step 0)")
     ax.set_ylim(0, 1)
@@ -212,6 +216,10 @@ def figure(runs: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> N
 def main() -> None:
     args = parse()
     out = Path(args.out)
+    if args.plot_only:
+        report = json.loads((out / "vla_grpo.json").read_text())
+        figure(report["runs"], report["summary"], out / "vla_grpo.png")
+        return
     out.mkdir(parents=True, exist_ok=True)
     console.print(banner("VLA: BC then GRPO on tabletop",
                          f"templates {args.templates}, image {args.image_size}px, "
@@ -235,7 +243,6 @@ def main() -> None:
     write_json(out / "vla_grpo.json", {"machine": machine_meta(), "args": vars(args),
                                        "runs": runs, "summary": summary,
                                        "decisions_per_s": rates}, console)
-    json.dumps(summary)  # the report is plain JSON
 
 
 if __name__ == "__main__":
