@@ -171,8 +171,10 @@ class BatchedEnv(ABC):
         ``set_state``: the restored worlds' first observation)."""
         raise NotImplementedError(f"{type(self).__name__} cannot observe without stepping")
 
-    def render(self, env_id: int = 0) -> Any:
-        """An RGB frame [H, W, 3] uint8 of world ``env_id``; backends without a renderer raise."""
+    def render(self, env_id: int = 0, camera: str | int = -1) -> Any:
+        """An RGB frame [H, W, 3] uint8 of world ``env_id`` from ``camera`` (a MuJoCo camera
+        name or id, -1 the free camera, "task" the task's policy camera); backends without a
+        renderer raise."""
         raise NotImplementedError(f"the {type(self).__name__} backend cannot render")
 
     def state_dict(self) -> dict[str, Any]:

@@ -392,13 +392,27 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
 
     def render(self, env_id: int = 0, width: int = 480, height: int = 480,
                camera: str | int = -1) -> np.ndarray:
-        """RGB frame [H, W, 3] uint8 of world ``env_id`` (needs an offscreen GL: MUJOCO_GL=egl)."""
+        """RGB frame [H, W, 3] uint8 of world ``env_id`` (needs an offscreen GL: MUJOCO_GL=egl),
+        from ``camera`` (-1: the free camera; "task": the task's policy camera) with the
+        world's own geom colours (``MujocoTask.geom_colors``: tabletop recolours its objects)."""
         data = self.batch.get_data(env_id)
         model = self.model if self._dr is None else self.batch.get_model(env_id)
         mujoco.mj_forward(model, data)
         if getattr(self, "_renderer", None) is None:
             self._renderer = mujoco.Renderer(self.model, height=height, width=width)
+        if camera == "task":
+            camera = self.task.camera if self.task.camera is not None else -1
+        if isinstance(camera, str):
+            name, camera = camera, mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+            if camera < 0:
+                raise ValueError(f"no camera {name!r} in task {self.task.name!r}")
         self._renderer.update_scene(data, camera=camera)
+        colours = self.task.geom_colors(self.sim)[env_id].numpy()
+        scene = self._renderer.scene
+        for i in range(scene.ngeom):
+            geom = scene.geoms[i]
+            if geom.objtype == mujoco.mjtObj.mjOBJ_GEOM and 0 <= geom.objid < len(colours):
+                geom.rgba[:3] = colours[geom.objid]
         return self._renderer.render()
 
     # ------------------------------------------------------------------ randomization

@@ -69,8 +69,8 @@ class Wrapper(BatchedEnv):
     def get_state(self) -> torch.Tensor:
         return self.env.get_state()
 
-    def render(self, env_id: int = 0) -> Any:
-        return self.env.render(env_id)
+    def render(self, env_id: int = 0, camera: str | int = -1) -> Any:
+        return self.env.render(env_id, camera=camera)
 
     def set_state(self, state: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
         self.env.set_state(state, env_ids)

@@ -75,7 +75,7 @@ _XML = f"""
 <mujoco model="tabletop">
   <option timestep="0.005" integrator="implicitfast"/>
   <size nuserdata="5"/>
-  <visual><global offwidth="256" offheight="256"/></visual>
+  <visual><global offwidth="480" offheight="480"/></visual>
   <default>
     <joint type="slide" limited="true" range="-0.28 0.28"/>
     <geom contype="1" conaffinity="1" friction="0.5 0.005 0.0001"/>

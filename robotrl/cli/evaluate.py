@@ -19,7 +19,10 @@ def _video_writer(path: Path):  # noqa: ANN202 - imageio writer
         import imageio.v2 as imageio
     except ImportError:
         raise SystemExit("video=true needs imageio with ffmpeg: pip install 'robotrl[video]'") from None
-    return imageio.get_writer(path, fps=30)
+    try:
+        return imageio.get_writer(path, fps=30)
+    except ValueError:  # imageio without its ffmpeg plugin
+        raise SystemExit("video=true needs imageio with ffmpeg: pip install 'robotrl[video]'") from None
 
 
 def eval_main(argv: list[str]) -> None:
@@ -58,7 +61,7 @@ def eval_main(argv: list[str]) -> None:
         video_path = Path(str(args.get("out", "eval.json"))).with_suffix(".mp4")
         try:
             env.reset()
-            env.render(0)
+            env.render(0, camera="task")
         except NotImplementedError:
             raise SystemExit(f"the {cfg.backend.name} backend cannot render") from None
         except Exception as err:  # noqa: BLE001 - GL backends fail in many ways
@@ -66,12 +69,13 @@ def eval_main(argv: list[str]) -> None:
                 f"offscreen rendering is not available ({type(err).__name__}: {err}); "
                 "set MUJOCO_GL=egl (or osmesa after apt-get install libosmesa6)"
             ) from None
+        video_path.parent.mkdir(parents=True, exist_ok=True)
         writer = _video_writer(video_path)
         done = {"ended": False}
 
         def on_step(e, out) -> None:  # noqa: ANN001 - world 0's first episode only
             if not done["ended"]:
-                writer.append_data(e.render(0))
+                writer.append_data(e.render(0, camera="task"))
                 done["ended"] = bool(out.terminated[0] | out.truncated[0])
 
     obs = env.reset(seed=seeds["eval-reset"])

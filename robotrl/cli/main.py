@@ -15,6 +15,7 @@ commands:
           robotrl train resume=runs/.../checkpoints/last.pt
           robotrl train algo=iql dataset=robotrl/hopper/expert-v0   (offline, from a dataset)
   eval    evaluate a checkpoint: robotrl eval checkpoint=PATH episodes=20 [out=FILE.json] [video=true]
+                 [options.KEY=VALUE]   (a task option for this evaluation, e.g. options.split=heldout)
   demo    step a batch of simulated worlds and print throughput: robotrl demo [task=ant num_envs=256]
   export  export a checkpoint's deterministic actor, verified on rollout observations:
           robotrl export checkpoint=PATH format=onnx|pt2|torchscript [out=FILE] [num_obs=10000]
@@ -23,8 +24,9 @@ commands:
                  [task=NAME] [max_delta=0.1] [timeout_ms=1] [safe_action=last|default]
   gap     sim-to-sim gap: returns on a grid of perturbed physics: robotrl gap checkpoint=PATH
   dataset record or inspect an offline dataset (Minari or D4RL-style HDF5):
-          robotrl dataset collect kind=random|medium|expert|medium-expert [task=NAME]
+          robotrl dataset collect kind=random|medium|expert|medium-expert|scripted [task=NAME]
                  [checkpoint=PATH] [expert=PATH] [steps=1000000] [noise=0.1] [out=DIR|FILE.hdf5]
+                 [options.KEY=VALUE]   (task options, recorded in the card)
           robotrl dataset info robotrl/hopper/expert-v0
   offline-bench  train, score and off-policy-evaluate algorithms x datasets x seeds through a
           Hydra launcher, reusing finished runs; a markdown report, figures, raw JSON:
