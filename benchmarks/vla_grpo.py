@@ -118,6 +118,11 @@ def run_seed(args: argparse.Namespace, seed: int, demos: Path, out: Path) -> dic
         raise RuntimeError(f"GRPO seed {seed} failed")
     ckpt = torch.load(grpo_dir / "checkpoints" / "last.pt", map_location="cpu",
                       weights_only=False)
+    # the runs' own training time, summed over resumes (this call's wall time is only the
+    # resumed part when an earlier invocation finished the run)
+    bc_s = float(torch.load(bc_dir / "checkpoints" / "last.pt", map_location="cpu",
+                            weights_only=False)["train_seconds"])
+    grpo_s = float(ckpt["train_seconds"])
     curve = [{"step": e["step"], "train": e["success"],
               **{name: e[key] for name, key in SETS.items()}} for e in ckpt["evaluations"]]
     console.print(f"seed {seed}: BC {bc_s / 60:.1f} min, GRPO {grpo_s / 60:.1f} min; test "
