@@ -8,6 +8,7 @@ A ``BatchedEnv`` holds ``num_envs`` worlds and exchanges torch tensors on ``env.
     out.terminated, out.truncated           # [N] bool, kept separate (bootstrap on truncation)
     out.info["final_obs"]                   # the observation before auto-reset, same groups
     out.info["success"]                     # [N] bool, where spec.has_success
+    out.info["goal_distance"]               # [N], where spec.goal (goal-conditioned tasks)
 
 An observation is a mapping of named groups, each ``[N, ...]``, declared with shape and dtype in
 ``spec.observations``: ``policy`` always (what a deployed controller sees); ``privileged``
@@ -45,6 +46,36 @@ class ObsSpec:
 
 
 @dataclass(frozen=True)
+class GoalSpec:
+    """Where a goal-conditioned task keeps its goal in the ``policy`` observation, and what it
+    is compared with: what hindsight relabelling (``robotrl.algos.crl``) and goal metrics need.
+
+    A goal ``g`` is reached when ``|| obs[achieved] - g || < success_distance``; relabelling a
+    transition with a state ``s'`` it led to writes ``s'[achieved]`` into ``obs[columns]``.
+    """
+
+    columns: tuple[int, ...]
+    """Columns of ``policy`` holding the commanded goal (what a controller is told)."""
+    achieved: tuple[int, ...]
+    """Columns of ``policy`` holding the state's coordinates a goal is compared with (same
+    length as ``columns``), e.g. reacher_goal's fingertip (x, y)."""
+    success_distance: float
+    """Euclidean distance under which the goal counts as reached (``info["success"]``)."""
+
+    def __post_init__(self) -> None:
+        if not self.columns or len(self.columns) != len(self.achieved):
+            raise ValueError(f"goal columns {self.columns} and achieved columns {self.achieved} "
+                             "must be non-empty and of one length")
+        if set(self.columns) & set(self.achieved):
+            raise ValueError("goal and achieved columns must be disjoint")
+
+    @property
+    def dim(self) -> int:
+        """Goal width."""
+        return len(self.columns)
+
+
+@dataclass(frozen=True)
 class EnvSpec:
     """Static description of a batched environment."""
 
@@ -70,6 +101,9 @@ class EnvSpec:
     """``step`` reports ``info["success"]`` [N] bool: the task's success criterion holds in that
     world after the step (before any auto-reset); an episode succeeds if it holds at its last
     step (``robotrl.envs.tasks``: reacher, inverted_pendulum, inverted_double_pendulum)."""
+    goal: GoalSpec | None = None
+    """Goal-conditioned tasks (``reacher_goal``): where the goal sits in ``policy``; ``step``
+    then also reports ``info["goal_distance"]`` [N]. None: not goal-conditioned."""
 
     def __post_init__(self) -> None:
         groups = dict(self.observations) or {"policy": ObsSpec((self.obs_dim,))}
@@ -77,6 +111,12 @@ class EnvSpec:
             raise ValueError(f"observation group 'policy' must be ObsSpec(({self.obs_dim},)) "
                              f"(obs_dim), got {groups.get('policy')}")
         object.__setattr__(self, "observations", groups)
+        if self.goal is not None:
+            bad = [c for c in (*self.goal.columns, *self.goal.achieved)
+                   if not 0 <= c < self.obs_dim]
+            if bad:
+                raise ValueError(f"goal columns {bad} are outside the policy observation "
+                                 f"(obs_dim {self.obs_dim})")
 
     def group_dim(self, names: tuple[str, ...] | list[str]) -> int:
         """Width of the flat groups ``names`` concatenated in that order; an unknown or

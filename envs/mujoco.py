@@ -149,6 +149,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             observations={g: groups[g] for g in available if g in observations},
             task=task.name,
             has_success=task.has_success,
+            goal=task.goal_spec(),
         )
         self._gen = torch.Generator().manual_seed(seed)
         self._steps = torch.zeros(num_envs, dtype=torch.long)
@@ -303,7 +304,9 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             obs = dr.observe(obs)
             dr.after_step(self._steps.masked_fill(done, 0))
         final_obs = self._observe(obs)
-        success = None
+        success = distance = None
+        if self.spec.goal is not None:
+            distance = self.task.goal_distance(self.sim)
         if self.task.has_success:  # read before the auto-reset below moves finished worlds
             success = self.task.success(self.sim)
             if n_unstable:
@@ -323,6 +326,8 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         }
         if success is not None:
             info["success"] = success.to(self.device)
+        if distance is not None:
+            info["goal_distance"] = self._out(distance)
         dev = self.device
         return StepOut(next_obs, self._out(reward), terminated.to(dev), truncated.to(dev), info)
 

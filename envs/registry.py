@@ -36,6 +36,7 @@ _TASKS: dict[str, str] = {
     "inverted_pendulum": "inverted_pendulum:InvertedPendulum",
     "inverted_double_pendulum": "inverted_double_pendulum:InvertedDoublePendulum",
     "reacher": "reacher:Reacher",
+    "reacher_goal": "reacher_goal:ReacherGoal",
     "swimmer": "swimmer:Swimmer",
     "tabletop": "tabletop:Tabletop",
 }

@@ -137,6 +137,11 @@ def build_metadata(
         "observation_groups": ["policy"],
         "observation_layout": [{"group": "policy", "offset": 0, "size": actor.obs_dim}],
         "observation_reference": reference,
+        # goal-conditioned tasks: the goal is part of the input, at these columns, and is
+        # reached when the achieved columns come within success_distance of it
+        "goal": None if spec.goal is None else {
+            "columns": list(spec.goal.columns), "achieved_columns": list(spec.goal.achieved),
+            "success_distance": spec.goal.success_distance},
         "action_dim": actor.act_dim,
         "action_low": [float(v) for v in actor.low.tolist()],
         "action_high": [float(v) for v in actor.high.tolist()],

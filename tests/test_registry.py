@@ -128,8 +128,8 @@ def test_unknown_names_list_the_registered_ones() -> None:
     with pytest.raises(ValueError, match="unknown algo 'ppo2'; available: ppo, trpo, sac"):
         from_dict(TrainConfig, {"algo": {"name": "ppo2"}})
     with pytest.raises(ValueError, match="runner kind 'goal'; registered kinds: on_policy"):
-        register_algorithm("crl", AlgorithmEntry(TinyConfig, Tiny, "goal"))
+        register_algorithm("myalgo", AlgorithmEntry(TinyConfig, Tiny, "goal"))
     with pytest.raises(ValueError, match="unknown runner kind 'x'; available: on_policy, "
                                          "off_policy"):
         registry.runner_class("x")
-    assert "crl" not in registry.ALGORITHMS
+    assert "myalgo" not in registry.ALGORITHMS

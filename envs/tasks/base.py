@@ -179,6 +179,37 @@ class MujocoTask(ABC):
         the episode's last step. Only tasks with ``has_success`` define one."""
         raise NotImplementedError(f"task {self.name!r} defines no success criterion")
 
+    def goal_spec(self) -> Any:
+        """``robotrl.envs.base.GoalSpec`` of a goal-conditioned task (``GoalTask``), else None."""
+        return None
+
+
+class GoalTask(MujocoTask):
+    """A goal-conditioned task: its ``policy`` observation holds the commanded goal at
+    ``goal_columns`` and the achieved coordinates at ``achieved_columns``; success is the
+    Euclidean distance between the two below ``cfg.success_distance``. The goal lives in the
+    simulator state (a mocap body or fixed joints), so snapshots carry it."""
+
+    has_success = True
+    goal_columns: ClassVar[tuple[int, ...]]
+    """Columns of the observation holding the goal."""
+    achieved_columns: ClassVar[tuple[int, ...]]
+    """Columns of the observation a goal is compared with."""
+
+    def goal_spec(self) -> Any:
+        from robotrl.envs.base import GoalSpec
+
+        return GoalSpec(self.goal_columns, self.achieved_columns,
+                        float(self.cfg.success_distance))  # type: ignore[attr-defined]
+
+    def goal_distance(self, sim: Sim) -> torch.Tensor:
+        """[N] float64: distance from the achieved coordinates to the goal."""
+        obs = self.observe(sim)
+        return (obs[:, list(self.achieved_columns)] - obs[:, list(self.goal_columns)]).norm(dim=1)
+
+    def success(self, sim: Sim) -> torch.Tensor:
+        return self.goal_distance(sim) < self.cfg.success_distance  # type: ignore[attr-defined]
+
 
 def make_config(cls: type[TaskConfig], task: str, overrides: dict[str, Any]) -> TaskConfig:
     """Build ``cls`` from ``overrides``, naming the allowed keys on a bad one."""

@@ -237,6 +237,9 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
                   if "test_return_mean" in result else [("", "")])
         for p, where in splits:
             success = f", success {100 * result[p + 'success']:.0f}%" if p + "success" in result else ""
+            if p + "final_distance" in result:  # goal-conditioned tasks
+                success += (f", final goal distance {result[p + 'final_distance']:.3f}, "
+                            f"time to goal {result[p + 'time_to_goal']:.1f} steps")
             console.print(f"eval{where}: return {result[p + 'return_mean']:.1f} ± "
                           f"{result[p + 'return_std']:.1f}, length {result[p + 'length_mean']:.0f} "
                           f"over {result[p + 'episodes']} episodes{success}{score}")

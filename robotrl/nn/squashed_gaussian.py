@@ -52,10 +52,14 @@ class SquashedGaussianActor(nn.Module):
         act_dim: int,
         hidden: Sequence[int] = (256, 256),
         activation: str = "relu",
+        net: nn.Module | None = None,
     ) -> None:
+        """Args: ``net`` [B, obs_dim] -> [B, 2 act_dim] replaces the MLP of ``hidden`` widths
+        (e.g. a deep residual network, ``robotrl.nn.residual.DeepResNet``)."""
         super().__init__()
-        self.act_dim = act_dim
-        self.net = mlp(obs_dim, hidden, 2 * act_dim, activation, ortho_init=False)
+        self.act_dim, self.obs_dim = act_dim, obs_dim
+        self.net = net if net is not None else mlp(obs_dim, hidden, 2 * act_dim, activation,
+                                                   ortho_init=False)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mean, log_std)``, each [B, A], for ``obs`` [B, obs_dim]."""

@@ -138,6 +138,9 @@ class Evaluator:
         self.last = evaluate(policy, env, seed=derive_seed(self.seed, "eval-reset"))
         metrics = {"eval/return": self.last["return_mean"],
                    "eval/return_std": self.last["return_std"], "eval/length": self.last["length_mean"]}
+        for key in ("success", "final_distance", "reached", "time_to_goal"):  # goal tasks
+            if key in self.last:
+                metrics[f"eval/{key}"] = self.last[key]
         if self.score is not None:
             self.last["normalized_score"] = self.score(self.last["return_mean"])
             metrics["eval/normalized_score"] = self.last["normalized_score"]

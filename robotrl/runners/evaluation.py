@@ -25,8 +25,10 @@ def run_episodes(env: BatchedEnv, obs: Obs, policy: PolicyFn, max_steps: int | N
 
     Returns per world, on ``env.device``: ``return`` [N] float64, ``length`` [N] long;
     ``discounted_return`` [N] with ``gamma``; ``success`` [N] bool (``info["success"]`` at the
-    episode's last step) where ``env.spec.has_success``; and ``steps`` [] (steps simulated,
-    summed over worlds).
+    episode's last step) where ``env.spec.has_success``; for goal-conditioned envs
+    (``env.spec.goal``) ``final_distance`` [N] (``info["goal_distance"]`` at the last step) and
+    ``time_to_goal`` [N] long (steps until the goal was first reached, -1 if never); and
+    ``steps`` [] (steps simulated, summed over worlds).
     """
     n = env.num_envs
     ret = torch.zeros(n, dtype=torch.float64, device=env.device)
@@ -34,6 +36,9 @@ def run_episodes(env: BatchedEnv, obs: Obs, policy: PolicyFn, max_steps: int | N
     finished = torch.zeros(n, dtype=torch.bool, device=env.device)
     disc = torch.zeros_like(ret)
     success = torch.zeros_like(finished) if env.spec.has_success else None
+    goal = env.spec.goal is not None
+    distance = torch.zeros_like(ret)
+    reached = torch.full_like(length, -1)
     weight, steps = 1.0, 0
     with torch.inference_mode():
         while not bool(finished.all()) and (max_steps is None or steps < max_steps):
@@ -47,6 +52,10 @@ def run_episodes(env: BatchedEnv, obs: Obs, policy: PolicyFn, max_steps: int | N
             length += running.long()
             if success is not None:
                 success = torch.where(running, out.info["success"], success)
+            if goal:
+                distance = torch.where(running, out.info["goal_distance"].double(), distance)
+                first = running & out.info["success"] & (reached < 0)
+                reached = torch.where(first, length, reached)
             finished |= out.terminated | out.truncated
             obs = out.obs
             steps += 1
@@ -57,12 +66,17 @@ def run_episodes(env: BatchedEnv, obs: Obs, policy: PolicyFn, max_steps: int | N
         result["discounted_return"] = disc
     if success is not None:
         result["success"] = success
+    if goal:
+        result["final_distance"], result["time_to_goal"] = distance, reached
     return result
 
 
 def summarize_episodes(episodes: dict[str, torch.Tensor]) -> dict[str, float]:
     """``return_mean``, ``return_std``, ``length_mean``, ``episodes`` of ``run_episodes``'
-    result, and ``discounted_return_mean``/``_std`` and ``success`` (the rate) where present."""
+    result, and ``discounted_return_mean``/``_std`` and ``success`` (the rate) where present;
+    for goal-conditioned envs ``final_distance`` (mean), ``reached`` (fraction of episodes that
+    reached the goal at some step) and ``time_to_goal`` (mean steps to the first success over
+    those episodes; NaN if none)."""
     ret = episodes["return"]
     result = {
         "return_mean": ret.mean().item(),
@@ -75,6 +89,13 @@ def summarize_episodes(episodes: dict[str, torch.Tensor]) -> dict[str, float]:
         result["discounted_return_std"] = episodes["discounted_return"].std(unbiased=False).item()
     if "success" in episodes:
         result["success"] = episodes["success"].double().mean().item()
+    if "final_distance" in episodes:
+        result["final_distance"] = episodes["final_distance"].mean().item()
+        reached = episodes["time_to_goal"]
+        hit = reached >= 0
+        result["reached"] = hit.double().mean().item()
+        result["time_to_goal"] = (reached[hit].double().mean().item() if bool(hit.any())
+                                  else float("nan"))
     return result
 
 
@@ -87,5 +108,6 @@ def evaluate(policy: PolicyFn, env: BatchedEnv, seed: int = 0,
     (what off-policy evaluation estimates, ``robotrl.ope``).
     """
     episodes = run_episodes(env, env.reset(seed=seed), policy, on_step=on_step, gamma=gamma)
-    episodes.pop("success", None)  # the report of `robotrl eval` and runs: returns and lengths
+    if env.spec.goal is None:  # runs report returns and lengths; goal tasks their success too
+        episodes.pop("success", None)
     return summarize_episodes(episodes)
