@@ -236,9 +236,10 @@ class CRL:
     def __init__(self, spec: EnvSpec, cfg: CRLConfig, num_envs: int,
                  device: str | torch.device = "cpu", seed: int | None = None) -> None:
         if spec.goal is None:
-            from robotrl.envs import list_tasks, make_task
+            from robotrl.envs.registry import list_tasks, task_class
+            from robotrl.envs.tasks.base import GoalTask
 
-            goal_tasks = [t for t in list_tasks() if make_task(t).goal_spec() is not None]
+            goal_tasks = [t for t in list_tasks() if issubclass(task_class(t), GoalTask)]
             raise ValueError(f"CRL learns goal-conditioned tasks; {spec.task!r} has no goal "
                              f"(goal tasks: {', '.join(goal_tasks)})")
         self.cfg, self.spec, self.num_envs = cfg, spec, num_envs

@@ -49,16 +49,12 @@ def parse() -> argparse.Namespace:
 def measure(depth: int, args: argparse.Namespace) -> dict[str, float]:
     env = make("reacher_goal", 64, seed=0)
     cfg = CRLConfig(critic_depth=depth, actor_depth=depth, critic_width=args.width,
-                    actor_width=args.width, batch_size=args.batch, learning_starts=0,
-                    utd_ratio=1e-9, checkpoint_activations=args.checkpoint, bf16=args.bf16)
-    alg = CRL(env.spec, cfg, 64, seed=0)
+                    actor_width=args.width, batch_size=args.batch, learning_starts=10**9,
+                    checkpoint_activations=args.checkpoint, bf16=args.bf16)
+    alg = CRL(env.spec, cfg, 64, seed=0)  # random actions throughout; updates set by hand
     obs = env.reset(seed=0)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(100):  # two episodes of random actions in every world
-        action = torch.rand(64, 2, generator=gen) * 2 - 1
-        alg.act(obs)
-        alg._pending = (alg._pending[0], action)
-        out = env.step(action)
+    for _ in range(100):  # two episodes in every world
+        out = env.step(alg.act(obs))
         alg.process_env_step(out.reward, out.terminated, out.truncated, out.info["final_obs"])
         obs = out.obs
     alg.owed_updates = 2.0

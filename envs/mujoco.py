@@ -304,13 +304,14 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             obs = dr.observe(obs)
             dr.after_step(self._steps.masked_fill(done, 0))
         final_obs = self._observe(obs)
-        success = distance = None
-        if self.spec.goal is not None:
+        success = distance = None  # read before the auto-reset below moves finished worlds
+        if self.spec.goal is not None:  # one distance serves both: GoalSpec defines success
             distance = self.task.goal_distance(self.sim)
-        if self.task.has_success:  # read before the auto-reset below moves finished worlds
+            success = distance < self.spec.goal.success_distance
+        elif self.task.has_success:
             success = self.task.success(self.sim)
-            if n_unstable:
-                success = success & ~torch.from_numpy(unstable_np)
+        if success is not None and n_unstable:
+            success = success & ~torch.from_numpy(unstable_np)
         next_obs = final_obs
         if bool(done.any()):
             ids = done.nonzero().flatten().numpy().astype(np.int32)
