@@ -37,6 +37,10 @@ _TASKS: dict[str, str] = {
     "inverted_double_pendulum": "inverted_double_pendulum:InvertedDoublePendulum",
     "reacher": "reacher:Reacher",
     "reacher_goal": "reacher_goal:ReacherGoal",
+    "ant_goal": "goals:AntGoal",
+    "ant_umaze": "goals:AntUMaze",
+    "ant_bigmaze": "goals:AntBigMaze",
+    "humanoid_goal": "goals:HumanoidGoal",
     "swimmer": "swimmer:Swimmer",
     "tabletop": "tabletop:Tabletop",
 }

@@ -291,3 +291,26 @@ def test_crl_learns_reacher_goal(tmp_path: Path) -> None:
     result = build_runner(cfg).train()
     assert result is not None and result["success"] >= 0.8, result
     assert result["final_distance"] < 0.05 and result["time_to_goal"] < 25, result
+
+
+def test_crl_trains_on_the_ant_maze_and_prints_its_network_cost(tmp_path: Path) -> None:
+    """`robotrl train algo=crl env=ant_umaze` plugs in: at start the run prints each network's
+    parameters, FLOPs and activation memory per update; evaluation reports goal metrics."""
+    from robotrl.cli.train import run_training
+    from robotrl.config import TrainConfig, from_dict
+    from robotrl.logging import console
+
+    torch.set_num_threads(1)
+    cfg = from_dict(TrainConfig, {
+        "algo": {"name": "crl", "critic_width": 32, "actor_width": 32, "critic_depth": 8,
+                 "learning_starts": 256, "batch_size": 32, "buffer_steps": 512},
+        "env": {"task": "ant_umaze", "options": {"max_episode_steps": 40}}, "num_envs": 8,
+        "total_steps": 512, "logger": {"tensorboard": False, "progress": False},
+        "run_dir": str(tmp_path), "eval_episodes": 4, "eval_interval": 0})
+    with console.capture() as captured:
+        result = run_training(cfg)
+    out = captured.get()
+    for net in ("sa_encoder", "g_encoder", "actor"):
+        assert f"{net}: " in out and "GFLOP" in out and "MiB activations" in out
+    assert result is not None and {"success", "final_distance", "reached"} <= result.keys()
+    assert result["final_distance"] > 0

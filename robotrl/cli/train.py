@@ -228,6 +228,12 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
              f"{cfg.num_envs} worlds ({cfg.backend.name}), {cfg.total_steps:,} steps")
     console.print(f"[bold]robotrl train[/bold] {cfg.env.task} with {type(cfg.algo).__name__} "
                   f"on {where} -> {cfg.run_dir}")
+    network_cost = getattr(runner.alg, "network_cost", None)
+    if network_cost is not None:  # learners whose cost grows with depth (CRL) say what it is
+        for name, c in network_cost().items():
+            console.print(f"  {name}: {c['params'] / 1e6:.2f}M parameters; per update "
+                          f"{c['flops'] / 1e9:.2f} GFLOP, {c['activation_bytes'] / 2**20:.1f} "
+                          "MiB activations")
     result = runner.train()
     if result is not None:
         score = (f", normalized score {result['normalized_score']:.1f}"
@@ -238,8 +244,10 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
         for p, where in splits:
             success = f", success {100 * result[p + 'success']:.0f}%" if p + "success" in result else ""
             if p + "final_distance" in result:  # goal-conditioned tasks
+                reached = result[p + "time_to_goal"]
                 success += (f", final goal distance {result[p + 'final_distance']:.3f}, "
-                            f"time to goal {result[p + 'time_to_goal']:.1f} steps")
+                            + (f"time to goal {reached:.1f} steps" if reached == reached
+                               else "goal never reached"))
             console.print(f"eval{where}: return {result[p + 'return_mean']:.1f} ± "
                           f"{result[p + 'return_std']:.1f}, length {result[p + 'length_mean']:.0f} "
                           f"over {result[p + 'episodes']} episodes{success}{score}")
