@@ -37,6 +37,7 @@ _TASKS: dict[str, str] = {
     "inverted_double_pendulum": "inverted_double_pendulum:InvertedDoublePendulum",
     "reacher": "reacher:Reacher",
     "reacher_goal": "reacher_goal:ReacherGoal",
+    "pusher_goal": "pusher_goal:PusherGoal",
     "ant_goal": "goals:AntGoal",
     "ant_umaze": "goals:AntUMaze",
     "ant_bigmaze": "goals:AntBigMaze",

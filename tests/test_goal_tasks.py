@@ -109,3 +109,34 @@ def test_goal_tasks_refuse_bad_options() -> None:
     with pytest.raises(ValueError, match="unknown option.*'goal_radius'"):
         make_task("humanoid_goal", goal_radius=3.0)
     assert math.isclose(make_task("ant_goal", goal_radius=3.0).cfg.goal_radius, 3.0)
+
+
+def test_pusher_goal_observes_as_pusher_v5_and_succeeds_with_the_object_on_the_goal() -> None:
+    import gymnasium as gym
+
+    env = make("pusher_goal", 4, seed=0, num_threads=1)
+    goal = env.spec.goal
+    assert goal is not None and (goal.columns, goal.achieved) == ((20, 21), (17, 18))
+    assert goal.success_distance == 0.1 and env.spec.max_episode_steps == 100
+    obs = env.reset(seed=0)["policy"]
+    # Pusher-v5's own observation of the same state
+    ref = gym.make("Pusher-v5").unwrapped
+    ref.reset(seed=0)
+    for i in range(4):
+        ref.set_state(env.sim.qpos[i].numpy(), env.sim.qvel[i].numpy())
+        torch.testing.assert_close(obs[i], torch.as_tensor(ref._get_obs(), dtype=torch.float32))
+    # drawn per episode: object and goal apart, in their ranges ((y, x) joint displacements)
+    task = make_task("pusher_goal")
+    obj, g = task.sample_positions(4000, torch.Generator().manual_seed(0))
+    assert ((obj - g).norm(dim=1) > 0.17).all()
+    assert (obj[:, 0] <= 0).all() and (obj[:, 0] >= -0.3).all() and (obj[:, 1].abs() <= 0.2).all()
+    assert (g[:, 0] >= -0.55).all() and (g[:, 0] <= -0.25).all() and (g[:, 1].abs() <= 0.2).all()
+    out = env.step(torch.zeros(4, 7))
+    assert not out.info["success"].any()
+    # the object's joints set to the goal's: the bodies share their (x, y), so it succeeds
+    state = env.get_state()
+    nq = env.model.nq
+    state[:, 1 + nq - 4: 1 + nq - 2] = state[:, 1 + nq - 2: 1 + nq]
+    env.set_state(state)
+    out = env.step(torch.zeros(4, 7))
+    assert out.info["success"].all() and (out.info["goal_distance"] < 0.02).all()
