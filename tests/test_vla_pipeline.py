@@ -97,6 +97,7 @@ def test_bc_then_grpo_evaluates_test_states_and_held_out_instructions(
     runner.train()
     first, last = runner.evaluations[0], runner.evaluations[-1]
     assert first["step"] == 0 and last["step"] == runner.global_step > 0
+    assert 0 <= first["seconds"] < last["seconds"] <= runner.train_seconds  # training time
     for key in ("success", "test_success", "heldout_success"):
         assert 0.0 <= first[key] <= 1.0 and 0.0 <= last[key] <= 1.0
     # the held-out states instruct only held-out compositions; train and test states none

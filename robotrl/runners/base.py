@@ -253,12 +253,17 @@ class Runner:
         """Returns of the last finished training episodes (the statistics wrapper's window)."""
         return [] if self.env is None else list(self.env.recent_returns)
 
+    def _seconds(self) -> float:
+        """Training seconds so far, over resumes (inside ``train()``: up to now)."""
+        if self._clock is None:
+            return self.train_seconds
+        base, t0 = self._clock
+        return base + time.perf_counter() - t0
+
     # ------------------------------------------------------------------ checkpoints
     def save(self, path: Path | None = None) -> Path:
         """Write the whole run state atomically (model, optimizer, normalizers, env, RNG)."""
-        if self._clock is not None:  # inside train(): bring train_seconds up to now
-            base, t0 = self._clock
-            self.train_seconds = base + time.perf_counter() - t0
+        self.train_seconds = self._seconds()
         return self.checkpointer.save({
             "config": self.config,
             "algo": self.alg.state_dict(),
@@ -303,7 +308,8 @@ class Runner:
         assert self.evaluator is not None
         metrics = self.evaluator(self.alg)
         logger.log(metrics, self.global_step)
-        self.evaluations.append({"step": self.global_step, **self.evaluator.last})
+        self.evaluations.append({"step": self.global_step, "seconds": self._seconds(),
+                                 **self.evaluator.last})
         value = metrics[self.evaluator.select]
         if not math.isnan(value) and (self.best_eval is None or value > self.best_eval):
             self.best_eval = value
