@@ -55,6 +55,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--parallel", type=int, default=2, help="runs at a time (one thread each)")
     p.add_argument("--templates", default="reach", help="tabletop instruction templates")
+    p.add_argument("--demo-templates", default=None,
+                   help="templates of the demonstrations (default: --templates); e.g. "
+                        "reach,push_left,push_right so reaching teaches which object is meant")
     p.add_argument("--image-size", type=int, default=16)
     p.add_argument("--episode-steps", type=int, default=20, help="tabletop max_episode_steps")
     p.add_argument("--demo-steps", type=int, default=10240,
@@ -76,9 +79,10 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def options(args: argparse.Namespace) -> dict[str, str]:
-    """The tabletop options of every run (``env.options.*`` / ``options.*``)."""
-    return {"templates": f"[{args.templates}]", "image_size": str(args.image_size),
+def options(args: argparse.Namespace, demos: bool = False) -> dict[str, str]:
+    """The tabletop options of the GRPO runs (``env.options.*``) or of the demonstrations."""
+    templates = (args.demo_templates or args.templates) if demos else args.templates
+    return {"templates": f"[{templates}]", "image_size": str(args.image_size),
             "max_episode_steps": str(args.episode_steps)}
 
 
@@ -90,7 +94,7 @@ def collect(args: argparse.Namespace, out: Path) -> Path:
     cmd = [sys.executable, "-m", "robotrl.cli.main", "dataset", "collect", "task=tabletop",
            "kind=scripted", f"steps={args.demo_steps}", f"noise={args.noise}", "num_envs=128",
            "progress=false", f"out={demos}",
-           *[f"options.{k}={v}" for k, v in options(args).items()]]
+           *[f"options.{k}={v}" for k, v in options(args, demos=True).items()]]
     subprocess.run(cmd, check=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
     return demos
 
@@ -227,7 +231,8 @@ def main() -> None:
         return
     out.mkdir(parents=True, exist_ok=True)
     console.print(banner("VLA: BC then GRPO on tabletop",
-                         f"templates {args.templates}, image {args.image_size}px, "
+                         f"templates {args.templates} (demos "
+                         f"{args.demo_templates or args.templates}), image {args.image_size}px, "
                          f"{args.seeds} seeds, BC {args.bc_updates} updates, GRPO "
                          f"{args.grpo_steps:,} decisions"))
     demos = collect(args, out)

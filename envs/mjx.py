@@ -151,6 +151,10 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if task.num_userdata:
+            raise ValueError(f"task {task.name!r} keeps episode variables (goal, instruction) in "
+                             "MjData.userdata, which the mjx backend does not carry yet: use "
+                             "backend=mujoco")
         self.num_envs = num_envs
         self.device = torch.device(device)
         if iterations is None and self.device.type == "cuda":
