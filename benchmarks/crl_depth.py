@@ -22,7 +22,7 @@ train algo=crl env=<--task>`` with critic and actor at that depth (``--learn-wid
 ``--batch``, one torch thread, ``--parallel`` runs at a time), evaluated every ``--eval-every``
 iterations (deterministic, ``--eval-episodes`` episodes). Reported: success at equal environment
 steps (the paper's axis: the last evaluation, at ``--steps``) and at equal wall clock (the
-user's axis: each run's last evaluation within the training time of the fastest depth's run),
+user's axis: each run's last evaluation within the training time of the fastest depth's runs),
 mean over seeds; figure ``<out-dir>/crl_depth_learning.png``: success against steps and against
 training seconds, one line per depth. Runs resume when the benchmark is interrupted.
 """
@@ -138,8 +138,8 @@ def learning(args: argparse.Namespace) -> None:
     jobs = [(d, s) for s in range(args.seeds) for d in args.depths]
     with ThreadPoolExecutor(args.parallel) as pool:
         runs = list(pool.map(lambda job: learn_one(args, *job), jobs))
-    budget = min(statistics.mean(r["seconds"] for r in runs if r["depth"] == d)
-                 for d in args.depths)
+    # the fastest depth's slowest seed: every run of that depth is evaluated to its end
+    budget = min(max(r["seconds"] for r in runs if r["depth"] == d) for d in args.depths)
     rows = []
     for d in args.depths:
         mine = [r for r in runs if r["depth"] == d]
