@@ -120,3 +120,27 @@ def test_unhealthy_without_termination() -> None:
     out = env.step(torch.zeros(1, env.spec.action_dim))
     assert not bool(out.terminated[0])
     assert out.info["reward_terms"]["healthy"].tolist() == [0.0]
+
+
+def test_halfcheetah_loads_without_the_settotalmass_warning_and_equals_gymnasiums_model(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """half_cheetah.xml sets ``settotalmass``, deprecated in MuJoCo 4 (a warning on every load,
+    through the progress bar); the task drops it and rescales: every numeric field of the
+    compiled model equals Gymnasium's own HalfCheetah-v5 model."""
+    import gymnasium as gym
+    import numpy as np
+
+    from robotrl.envs.registry import task_class
+
+    model = task_class("halfcheetah").load_model()
+    printed = capfd.readouterr()
+    assert "settotalmass" not in printed.out + printed.err
+    ref = gym.make("HalfCheetah-v5").unwrapped.model
+    compared = 0
+    for name in dir(ref):
+        value = getattr(ref, name)
+        if name.startswith("_") or not isinstance(value, np.ndarray):
+            continue
+        np.testing.assert_array_equal(getattr(model, name), value, err_msg=name)
+        compared += 1
+    assert compared > 100 and float(model.body_mass.sum()) == pytest.approx(14.0)

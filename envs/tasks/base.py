@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Protocol
 
@@ -50,6 +51,35 @@ def gymnasium_asset(file: str) -> str:
     if not os.path.exists(path):
         raise FileNotFoundError(f"Gymnasium asset {file!r} not found at {path}")
     return path
+
+
+_TOTAL_MASS = re.compile(r'\s+settotalmass="([^"]*)"')
+
+
+class GymnasiumSpec:
+    """A Gymnasium MJCF as an ``MjSpec``, without MuJoCo 4's deprecated compiler attribute
+    ``settotalmass`` (HalfCheetah's: each load printed a deprecation warning, through the
+    progress bar). The attribute comes out of the XML and the compiled model gets what it did:
+    ``mj_setTotalmass`` scales masses and inertias, ``mj_setConst`` recomputes what depends on
+    them (checked equal to Gymnasium's own model in tests/test_tasks.py)."""
+
+    def __init__(self, file: str) -> None:
+        path = gymnasium_asset(file)
+        with open(path) as f:
+            xml = f.read()
+        found = _TOTAL_MASS.search(xml)
+        self.total_mass = float(found.group(1)) if found else None
+        """The file's ``settotalmass`` (None: it has none)."""
+        self.spec = mujoco.MjSpec.from_string(_TOTAL_MASS.sub("", xml) if found else xml)
+        self.spec.modelfiledir = os.path.dirname(path)
+
+    def compile_model(self) -> mujoco.MjModel:
+        """Compile the spec, then rescale to the file's total mass as its compiler would."""
+        model = self.spec.compile()
+        if self.total_mass is not None and self.total_mass > 0:
+            mujoco.mj_setTotalmass(model, self.total_mass)
+            mujoco.mj_setConst(model, mujoco.MjData(model))
+        return model
 
 
 class MujocoTask(ABC):
@@ -95,7 +125,7 @@ class MujocoTask(ABC):
     @classmethod
     def load_model(cls) -> mujoco.MjModel:
         """Compile the task's MJCF."""
-        return mujoco.MjModel.from_xml_path(gymnasium_asset(cls.xml_file))
+        return GymnasiumSpec(cls.xml_file).compile_model()
 
 
     @property

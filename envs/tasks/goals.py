@@ -34,7 +34,7 @@ import mujoco
 import torch
 
 from robotrl.envs.tasks.ant import Ant, AntConfig
-from robotrl.envs.tasks.base import GoalTask, Sim, gymnasium_asset
+from robotrl.envs.tasks.base import GoalTask, GymnasiumSpec, Sim
 from robotrl.envs.tasks.humanoid import Humanoid, HumanoidConfig
 
 
@@ -58,14 +58,14 @@ class PositionGoal(GoalTask):
 
     @classmethod
     def load_model(cls) -> mujoco.MjModel:
-        return cls.build_spec().compile()
+        gym_spec = GymnasiumSpec(cls.xml_file)
+        cls.edit_spec(gym_spec.spec)
+        return gym_spec.compile_model()
 
     @classmethod
-    def build_spec(cls) -> mujoco.MjSpec:
-        """The task's MJCF as an ``MjSpec`` (Gymnasium's file, room for the goal in userdata)."""
-        spec = mujoco.MjSpec.from_file(gymnasium_asset(cls.xml_file))
+    def edit_spec(cls, spec: mujoco.MjSpec) -> None:
+        """Edit Gymnasium's MJCF before compiling: room for the goal in userdata."""
         spec.nuserdata = cls.goal_dim
-        return spec
 
     @property
     def obs_dim(self) -> int:
@@ -178,8 +178,8 @@ class AntMaze(AntGoal):
         self.goal_cells = maze_cells(self.layout, "GE" if cfg.goals == "train" else "E")
 
     @classmethod
-    def build_spec(cls) -> mujoco.MjSpec:
-        spec = super().build_spec()
+    def edit_spec(cls, spec: mujoco.MjSpec) -> None:
+        super().edit_spec(spec)
         half = MAZE_SCALE / 2
         for i, row in enumerate(cls.layout):
             for j, c in enumerate(row):
@@ -189,7 +189,6 @@ class AntMaze(AntGoal):
                         pos=[i * MAZE_SCALE, j * MAZE_SCALE, half / 2],
                         size=[half, half, half / 2], contype=1, conaffinity=1,
                         rgba=[0.7, 0.5, 0.3, 1.0])
-        return spec
 
     def reset_state(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         qpos, qvel = super().reset_state(n, gen)
