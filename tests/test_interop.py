@@ -1,0 +1,131 @@
+"""robotrl's simulators behind Gymnasium's VectorEnv and Stable-Baselines3's VecEnv, compared
+with those libraries' own vector envs over the same Gymnasium task, states and actions."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from robotrl.envs import as_gymnasium_vector, as_sb3_vecenv, make
+
+N = 4
+
+
+def _sync(ours, theirs: list[gym.Env], rows: np.ndarray) -> None:  # noqa: ANN001
+    """Put Gymnasium's envs ``rows`` in our worlds' states (their reset noise is their own)."""
+    qpos, qvel = ours.sim.qpos.numpy(), ours.sim.qvel.numpy()
+    for i in rows:
+        theirs[i].unwrapped.set_state(qpos[i], qvel[i])
+
+
+def test_gymnasium_vector_steps_and_autoresets_as_gymnasiums_same_step_vector_env() -> None:
+    env = make("inverted_pendulum", N, seed=0, max_episode_steps=10)
+    ours = as_gymnasium_vector(env)
+    ref = gym.make_vec("InvertedPendulum-v5", num_envs=N, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+                       max_episode_steps=10)
+    assert isinstance(ours, VectorEnv) and ours.num_envs == N
+    assert ours.metadata["autoreset_mode"] == ref.metadata["autoreset_mode"]
+    assert ours.single_observation_space.shape == ref.single_observation_space.shape
+    assert ours.single_action_space == ref.single_action_space
+    assert ours.action_space.shape == ref.action_space.shape == (N, 1)
+    obs, info = ours.reset(seed=0)
+    ref.reset(seed=0)
+    _sync(env, ref.envs, np.arange(N))
+    assert obs.dtype == np.float32 and ours.observation_space.contains(obs) and info == {}
+    gen = np.random.default_rng(0)
+    ends = np.zeros(2, dtype=int)  # terminations, truncations
+    for _ in range(120):
+        action = gen.uniform(-1, 1, (N, 1)).astype(np.float32)
+        o, r, te, tr, inf = ours.step(action)
+        ro, rr, rte, rtr, rinf = ref.step(action)
+        assert r.dtype == rr.dtype == np.float64 and te.dtype == tr.dtype == np.bool_
+        np.testing.assert_array_equal(te, rte)
+        np.testing.assert_array_equal(tr, rtr)
+        np.testing.assert_allclose(r, rr, atol=1e-6)
+        done = te | tr
+        live = ~done
+        np.testing.assert_allclose(o[live], ro[live], atol=1e-5)
+        if done.any():
+            ends += [int(te.sum()), int(tr.sum())]
+            np.testing.assert_array_equal(inf["_final_obs"], rinf["_final_obs"])
+            for i in np.flatnonzero(done):
+                np.testing.assert_allclose(inf["final_obs"][i], rinf["final_obs"][i], atol=1e-5)
+            assert all(inf["final_obs"][i] is None for i in np.flatnonzero(live))
+            assert inf["_final_info"].tolist() == done.tolist()
+            _sync(env, ref.envs, np.flatnonzero(done))
+        assert set(inf) >= {"success", "_success"}
+    assert (ends > 0).all(), ends  # both kinds of episode end happened and were compared
+    with pytest.raises(ValueError, match=r"actions must have shape \(4, 1\)"):
+        ours.step(np.zeros((3, 1), dtype=np.float32))
+    with pytest.raises(ValueError, match="NaN"):
+        ours.step(np.full((N, 1), np.nan, dtype=np.float32))
+    with pytest.raises(ValueError, match="reset options are not supported"):
+        ours.reset(options={"x": 1})
+    tensors = as_gymnasium_vector(make("inverted_pendulum", N, seed=0), torch_arrays=True)
+    obs, _ = tensors.reset(seed=0)
+    assert isinstance(obs, torch.Tensor) and obs.shape == (N, 4)
+    ours.close()
+    assert ours.closed
+
+
+def test_sb3_vecenv_reports_terminal_observations_and_truncation_as_dummy_vec_env() -> None:
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecEnv, VecMonitor
+
+    env = make("inverted_pendulum", N, seed=0, max_episode_steps=10)
+    ours = as_sb3_vecenv(env, monitor=False)
+    ref = make_vec_env("InvertedPendulum-v5", n_envs=N, seed=0,
+                       env_kwargs={"max_episode_steps": 10})
+    assert isinstance(ours, VecEnv) and isinstance(as_sb3_vecenv(env), VecMonitor)
+    assert ours.observation_space.shape == ref.observation_space.shape  # float32 here
+    assert ours.action_space == ref.action_space
+    obs = ours.reset()
+    ref.reset()
+    _sync(env, [e for e in ref.envs], np.arange(N))
+    assert obs.shape == (N, 4) and obs.dtype == np.float32
+    gen = np.random.default_rng(1)
+    truncations = terminations = 0
+    for _ in range(120):
+        action = gen.uniform(-1, 1, (N, 1)).astype(np.float32)
+        o, r, d, infos = ours.step(action)
+        ro, rr, rd, rinfos = ref.step(action)
+        np.testing.assert_array_equal(d, rd)
+        np.testing.assert_allclose(r, rr, atol=1e-6)
+        np.testing.assert_allclose(o[~d], ro[~d], atol=1e-5)
+        for i in np.flatnonzero(d):
+            np.testing.assert_allclose(infos[i]["terminal_observation"],
+                                       rinfos[i]["terminal_observation"], atol=1e-5)
+            assert infos[i]["TimeLimit.truncated"] == rinfos[i]["TimeLimit.truncated"]
+            truncations += infos[i]["TimeLimit.truncated"]
+            terminations += not infos[i]["TimeLimit.truncated"]
+        for i in np.flatnonzero(~d):
+            assert "terminal_observation" not in infos[i]
+        _sync(env, ref.envs, np.flatnonzero(d))
+    assert truncations and terminations
+    assert ours.get_attr("render_mode") == ["rgb_array"] * N
+    assert ours.env_is_wrapped(gym.Wrapper) == [False] * N
+    with pytest.raises(AttributeError, match="one batched simulator"):
+        ours.env_method("reset")
+    # seed(s) then reset: the same first observation as a fresh env reset with seed s
+    ours.seed(7)
+    first = ours.reset()
+    np.testing.assert_array_equal(first, make("inverted_pendulum", N).reset(seed=7)[
+        "policy"].numpy())
+
+
+@pytest.mark.slow  # a learning run (~6 s on one thread: 1000 of 1000)
+def test_sb3_ppo_learns_inverted_pendulum_through_the_adapter() -> None:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    torch.set_num_threads(1)
+    vec = as_sb3_vecenv(make("inverted_pendulum", 8, seed=0))
+    model = PPO("MlpPolicy", vec, n_steps=256, batch_size=256, seed=0, device="cpu", verbose=0)
+    model.learn(total_timesteps=40_960)
+    mean, _ = evaluate_policy(model, as_sb3_vecenv(make("inverted_pendulum", 8, seed=1)),
+                              n_eval_episodes=8)
+    assert mean >= 900, mean
