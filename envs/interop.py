@@ -60,16 +60,32 @@ def _actions(env: BatchedEnv, actions: Any) -> torch.Tensor:
     return a
 
 
-def as_gymnasium_vector(env: BatchedEnv, torch_arrays: bool = False) -> Any:
-    """``env`` as a ``gymnasium.vector.VectorEnv`` (``AutoresetMode.SAME_STEP``). Observations,
-    rewards, terminations and truncations are NumPy arrays ([N, obs_dim] float32, [N] float64,
-    [N] bool), or torch tensors on ``env.device`` with ``torch_arrays=True``."""
+AUTORESET_MODES = ("same_step", "next_step")
+
+
+def as_gymnasium_vector(env: BatchedEnv, torch_arrays: bool = False,
+                        autoreset_mode: str = "same_step") -> Any:
+    """``env`` as a ``gymnasium.vector.VectorEnv``. Observations, rewards, terminations and
+    truncations are NumPy arrays ([N, obs_dim] float32, [N] float64, [N] bool), or torch
+    tensors on ``env.device`` with ``torch_arrays=True``.
+
+    ``autoreset_mode``: "same_step" (what the backends do; ``final_obs`` in ``infos``) or
+    "next_step" (Gymnasium's default, which its vector observation wrappers such as
+    ``NormalizeObservation`` require): a finished world returns its final observation, and the
+    next step ignores its action and returns the new episode's first observation with reward
+    0, emulated by restoring the world's reset snapshot after that step."""
     from gymnasium.utils import seeding
     from gymnasium.vector import AutoresetMode, VectorEnv
     from gymnasium.vector.utils import batch_space
 
+    if autoreset_mode not in AUTORESET_MODES:
+        raise ValueError(f"unknown autoreset_mode {autoreset_mode!r}; known: "
+                         f"{list(AUTORESET_MODES)}")
+    next_step = autoreset_mode == "next_step"
+
     class _Vector(VectorEnv):
-        metadata = {"autoreset_mode": AutoresetMode.SAME_STEP,
+        metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP if next_step
+                    else AutoresetMode.SAME_STEP,
                     "render_modes": ["rgb_array"] if hasattr(env, "render") else []}
 
         def __init__(self) -> None:
@@ -80,6 +96,8 @@ def as_gymnasium_vector(env: BatchedEnv, torch_arrays: bool = False) -> Any:
             self.action_space = batch_space(self.single_action_space, self.num_envs)
             self.render_mode = "rgb_array" if hasattr(env, "render") else None
             self.torch_arrays = torch_arrays
+            self._pending = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+            """next_step: worlds whose episode ended at the last step (now at their reset)."""
 
         def _out(self, x: torch.Tensor, dtype: Any) -> Any:
             return x if self.torch_arrays else x.cpu().numpy().astype(dtype, copy=False)
@@ -92,10 +110,14 @@ def as_gymnasium_vector(env: BatchedEnv, torch_arrays: bool = False) -> Any:
             if seed is not None:
                 self._np_random, self._np_random_seed = seeding.np_random(seed)
             obs = self.env.reset(seed=seed)[_SPACE]
+            self._pending.zero_()
             return self._out(obs, np.float32), {}
 
         def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-            out = self.env.step(_actions(self.env, actions))
+            action = _actions(self.env, actions)
+            if next_step:
+                return self._step_next(action)
+            out = self.env.step(action)
             done = (out.terminated | out.truncated).cpu().numpy()
             infos: dict[str, Any] = {}
             for key, value in _step_info(out.info).items():
@@ -114,6 +136,32 @@ def as_gymnasium_vector(env: BatchedEnv, torch_arrays: bool = False) -> Any:
             return (self._out(out.obs[_SPACE], np.float32), self._out(out.reward, np.float64),
                     self._out(out.terminated, np.bool_), self._out(out.truncated, np.bool_),
                     infos)
+
+        def _step_next(self, action: torch.Tensor) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+            """NEXT_STEP: worlds ended last step are put back at their reset state after this
+            step (their action is ignored) and report their first observation, reward 0."""
+            pending = self._pending.clone()
+            rows = pending.nonzero().flatten()
+            if len(rows):
+                reset_state = self.env.get_state()[rows]
+                reset_obs = self.env.observe()[_SPACE][rows]
+            out = self.env.step(action)
+            if len(rows):
+                self.env.set_state(reset_state, env_ids=rows)
+            done = out.terminated | out.truncated
+            obs = torch.where(done[:, None], out.info["final_obs"][_SPACE], out.obs[_SPACE])
+            reward, terminated, truncated = out.reward.clone(), out.terminated, out.truncated
+            if len(rows):
+                obs[rows] = reset_obs
+                reward[rows] = 0.0
+                terminated, truncated = terminated & ~pending, truncated & ~pending
+            self._pending = terminated | truncated
+            live = (~pending).cpu().numpy()
+            infos: dict[str, Any] = {}
+            for key, value in _step_info(out.info).items():
+                infos[key], infos[f"_{key}"] = np.where(live, value, np.zeros_like(value)), live
+            return (self._out(obs, np.float32), self._out(reward, np.float64),
+                    self._out(terminated, np.bool_), self._out(truncated, np.bool_), infos)
 
         def render(self) -> tuple[np.ndarray, ...] | None:
             if self.render_mode is None:

@@ -72,6 +72,56 @@ def test_gymnasium_vector_steps_and_autoresets_as_gymnasiums_same_step_vector_en
     assert ours.closed
 
 
+def test_gymnasium_vector_next_step_mode_matches_gymnasiums_next_step_vector_env() -> None:
+    """NEXT_STEP (Gymnasium's default; its observation wrappers require it): the finished
+    world's final observation comes back as the observation, and the next step is a reset step
+    (action ignored, reward 0, first observation of the new episode)."""
+    from gymnasium.wrappers.vector import NormalizeObservation
+
+    env = make("inverted_pendulum", N, seed=0, max_episode_steps=10)
+    ours = as_gymnasium_vector(env, autoreset_mode="next_step")
+    ref = gym.make_vec("InvertedPendulum-v5", num_envs=N, vectorization_mode="sync",
+                       max_episode_steps=10)
+    assert ours.metadata["autoreset_mode"] == ref.metadata["autoreset_mode"] == \
+        AutoresetMode.NEXT_STEP
+    ours.reset(seed=0)
+    ref.reset(seed=0)
+    _sync(env, ref.envs, np.arange(N))
+    gen = np.random.default_rng(0)
+    resets = ends = 0
+    was_done = np.zeros(N, dtype=bool)
+    for _ in range(120):
+        action = gen.uniform(-1, 1, (N, 1)).astype(np.float32)
+        o, r, te, tr, inf = ours.step(action)
+        if was_done.any():  # reset step: their noise differs, so they get our reset state below
+            first_obs = o[was_done]
+        ro, rr, rte, rtr, _ = ref.step(action)
+        np.testing.assert_array_equal(te, rte)
+        np.testing.assert_array_equal(tr, rtr)
+        np.testing.assert_allclose(r, rr, atol=1e-6)
+        live = ~was_done
+        np.testing.assert_allclose(o[live], ro[live], atol=1e-5)  # final obs where done
+        if was_done.any():
+            resets += int(was_done.sum())
+            assert (r[was_done] == 0).all() and not (te | tr)[was_done].any()
+            assert not inf["_success"][was_done].any()
+            _sync(env, ref.envs, np.flatnonzero(was_done))
+            np.testing.assert_allclose(first_obs, env.observe()["policy"][
+                torch.as_tensor(np.flatnonzero(was_done))].numpy(), atol=1e-6)
+        was_done = te | tr
+        ends += int(was_done.sum())
+    assert resets >= N and ends >= N
+    # Gymnasium's observation wrappers take it (they refuse SAME_STEP)
+    wrapped = NormalizeObservation(as_gymnasium_vector(make("inverted_pendulum", N),
+                                                       autoreset_mode="next_step"))
+    obs, _ = wrapped.reset(seed=0)
+    assert obs.shape == (N, 4)
+    with pytest.raises(ValueError, match="Expected autoreset_mode to be NEXT_STEP"):
+        NormalizeObservation(as_gymnasium_vector(make("inverted_pendulum", N)))
+    with pytest.raises(ValueError, match="unknown autoreset_mode 'later'"):
+        as_gymnasium_vector(env, autoreset_mode="later")
+
+
 def test_sb3_vecenv_reports_terminal_observations_and_truncation_as_dummy_vec_env() -> None:
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecEnv, VecMonitor
