@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robotrl.algos.optim import GradientStep, adam, summarize_updates
+from robotrl.algos.optim import GradientStep, adam, run_owed_updates
 from robotrl.algos.sac import temperature_loss
 from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.residual import DeepResNet
@@ -396,15 +396,9 @@ class CRL:
     def update(self, progress: float = 0.0) -> dict[str, float]:
         """The updates earned since the last call; metrics averaged over them (empty while
         warming up). Raises ``NonFiniteError`` on a NaN/Inf critic loss or gradient."""
-        count = int(self.owed_updates)
-        if count == 0 or self.buffer.size < 2:
+        if int(self.owed_updates) == 0 or self.buffer.size < 2:
             return {}
-        self.owed_updates -= count
-        rows = torch.stack([self._update_once() for _ in range(count)])
-        metrics = summarize_updates(rows, METRIC_KEYS, "CRL", "critic",
-                                    self.num_updates - count + 1, self.num_updates)
-        metrics["train/updates"] = float(self.num_updates)
-        return metrics
+        return run_owed_updates(self, self._update_once, METRIC_KEYS, "CRL")
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

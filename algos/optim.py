@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -134,3 +135,18 @@ def summarize_updates(rows: torch.Tensor, keys: Sequence[str], algo: str, loss: 
         raise NonFiniteError(nonfinite_message(algo, loss, f"updates {first}..{last}",
                                                skipped=False))
     return {k: v for k, v in zip(keys, values, strict=True) if not math.isnan(v)}
+
+
+def run_owed_updates(learner: Any, update_once: Callable[[], torch.Tensor],
+                     keys: Sequence[str], algo: str) -> dict[str, float]:
+    """Run the whole updates an off-policy ``learner`` has earned (``learner.owed_updates``,
+    fractions carry over; ``update_once`` bumps ``learner.num_updates`` and returns one row of
+    ``keys``) and summarize them (``summarize_updates``, the critic loss checked), with
+    ``train/updates``. Callers return ``{}`` first when nothing is owed or the replay is short."""
+    count = int(learner.owed_updates)
+    learner.owed_updates -= count
+    rows = torch.stack([update_once() for _ in range(count)])
+    metrics = summarize_updates(rows, keys, algo, "critic", learner.num_updates - count + 1,
+                                learner.num_updates)
+    metrics["train/updates"] = float(learner.num_updates)
+    return metrics

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from robotrl.algos.optim import GradientStep, adam, summarize_updates
+from robotrl.algos.optim import GradientStep, adam, run_owed_updates
 from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.mlp import ACTIVATIONS
@@ -388,15 +388,9 @@ class SAC:
             NonFiniteError: the critic loss or gradient became NaN/Inf (the caller keeps its
                 last checkpoint).
         """
-        count = int(self.owed_updates)
-        if count == 0 or len(self.buffer) < self.cfg.batch_size:
+        if int(self.owed_updates) == 0 or len(self.buffer) < self.cfg.batch_size:
             return {}
-        self.owed_updates -= count
-        rows = torch.stack([self._update_once() for _ in range(count)])
-        metrics = summarize_updates(rows, METRIC_KEYS, "SAC", "critic",
-                                    self.num_updates - count + 1, self.num_updates)
-        metrics["train/updates"] = float(self.num_updates)
-        return metrics
+        return run_owed_updates(self, self._update_once, METRIC_KEYS, "SAC")
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:

@@ -119,8 +119,9 @@ def as_gymnasium_vector(env: BatchedEnv, torch_arrays: bool = False,
                 return self._step_next(action)
             out = self.env.step(action)
             done = (out.terminated | out.truncated).cpu().numpy()
+            step = _step_info(out.info)
             infos: dict[str, Any] = {}
-            for key, value in _step_info(out.info).items():
+            for key, value in step.items():
                 infos[key], infos[f"_{key}"] = value, np.ones(self.num_envs, dtype=bool)
             if done.any():
                 final = out.info["final_obs"][_SPACE].cpu().numpy().astype(np.float32)
@@ -128,7 +129,7 @@ def as_gymnasium_vector(env: BatchedEnv, torch_arrays: bool = False,
                 final_info: dict[str, Any] = {}
                 for i in np.flatnonzero(done):
                     final_obs[i] = final[i]
-                for key, value in _step_info(out.info).items():
+                for key, value in step.items():
                     final_info[key] = np.where(done, value, np.zeros_like(value))
                     final_info[f"_{key}"] = done.copy()
                 infos.update(final_obs=final_obs, _final_obs=done.copy(),
