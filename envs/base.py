@@ -211,9 +211,12 @@ class BatchedEnv(ABC):
         ``set_state``: the restored worlds' first observation)."""
         raise NotImplementedError(f"{type(self).__name__} cannot observe without stepping")
 
-    def render(self, env_id: int = 0, camera: str | int = -1) -> Any:
-        """An RGB frame [H, W, 3] uint8 of world ``env_id`` from ``camera`` (a MuJoCo camera
-        name or id, -1 the free camera, "task" the task's policy camera); backends without a
+    def render(self, env_id: int = 0, width: int = 480, height: int = 480,
+               camera: str | int = "view", final: bool = False) -> Any:
+        """An RGB frame [H, W, 3] uint8 of world ``env_id`` from ``camera`` ("view" the task's
+        video camera, "task" its policy camera, a MuJoCo camera name or id, -1 the free
+        camera); ``final``: the world's last state before the auto-reset of the step just
+        taken (an episode's last frame) where that step ended its episode; backends without a
         renderer raise."""
         raise NotImplementedError(f"the {type(self).__name__} backend cannot render")
 

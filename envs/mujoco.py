@@ -14,6 +14,7 @@ world on Humanoid, about 6% of its physics cost).
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any
 
@@ -161,6 +162,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         self._seed = seed
         self._extra = [g for g in extra if g in observations]
         self._camera = None
+        self._final: tuple[np.ndarray, np.ndarray] | None = None  # see render(final=True)
         if "image" in self._extra:
             from robotrl.envs.camera import RayCamera
 
@@ -273,6 +275,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             self._gen.manual_seed(seed)
             if self._dr is not None:
                 self._dr.gen.manual_seed(randomization_seed(seed))
+        self._final = None
         self._reset_worlds(np.arange(self.num_envs, dtype=np.int32))
         return self.observe()
 
@@ -313,8 +316,10 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         if success is not None and n_unstable:
             success = success & ~torch.from_numpy(unstable_np)
         next_obs = final_obs
+        self._final = None
         if bool(done.any()):
             ids = done.nonzero().flatten().numpy().astype(np.int32)
+            self._final = (ids, self.batch.state[ids])  # the last frames (render(final=True))
             self._reset_worlds(ids)
             reset_obs = self.task.observe(self.sim)
             if dr is not None:
@@ -397,29 +402,73 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         self._warn = self._warning_counts()
 
     def render(self, env_id: int = 0, width: int = 480, height: int = 480,
-               camera: str | int = -1) -> np.ndarray:
+               camera: str | int = "view", final: bool = False) -> np.ndarray:
         """RGB frame [H, W, 3] uint8 of world ``env_id`` (needs an offscreen GL: MUJOCO_GL=egl),
-        from ``camera`` (-1: the free camera; "task": the task's policy camera) with the
-        world's own geom colours (``MujocoTask.geom_colors``: tabletop recolours its objects)."""
+        from ``camera``: "view" (the task's video camera, ``MujocoTask.view``: Gymnasium's
+        camera settings, following the robot), "task" (the task's policy camera), a MuJoCo
+        camera name or id, or -1 (the model's free camera); with the world's own geom colours
+        (``MujocoTask.geom_colors``: tabletop recolours its objects). ``final``: if the last
+        ``step`` ended the world's episode, its last state before the auto-reset (the episode's
+        last frame; ``info["final_obs"]``'s state), else the current state."""
         data = self.batch.get_data(env_id)
+        if final and self._final is not None and env_id in self._final[0]:
+            ids, rows = self._final
+            mujoco.mj_setState(self.model, data, rows[list(ids).index(env_id)],
+                               mujoco.mjtState.mjSTATE_INTEGRATION)
         model = self.model if self._dr is None else self.batch.get_model(env_id)
         mujoco.mj_forward(model, data)
-        if getattr(self, "_renderer", None) is None:
-            self._renderer = mujoco.Renderer(self.model, height=height, width=width)
+        renderer = getattr(self, "_renderer", None)
+        if renderer is None or (renderer.width, renderer.height) != (width, height):
+            if renderer is not None:
+                renderer.close()
+            self._renderer = renderer = mujoco.Renderer(_render_model(self.model), height=height,
+                                                        width=width)
         if camera == "task":
             camera = self.task.camera if self.task.camera is not None else -1
-        if isinstance(camera, str):
+        if camera == "view":
+            camera = self.view_camera(data)
+        elif isinstance(camera, str):
             name, camera = camera, mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
             if camera < 0:
-                raise ValueError(f"no camera {name!r} in task {self.task.name!r}")
-        self._renderer.update_scene(data, camera=camera)
+                raise ValueError(f"no camera {name!r} in task {self.task.name!r}; known: "
+                                 f"'view', 'task', {[self.model.camera(i).name for i in range(self.model.ncam)]}")
+        renderer.update_scene(data, camera=camera)
         colours = self.task.geom_colors(self.sim)[env_id].numpy()
-        scene = self._renderer.scene
+        scene = renderer.scene
         for i in range(scene.ngeom):
             geom = scene.geoms[i]
             if geom.objtype == mujoco.mjtObj.mjOBJ_GEOM and 0 <= geom.objid < len(colours):
                 geom.rgba[:3] = colours[geom.objid]
-        return self._renderer.render()
+        for centre, radius in self.task.markers(data):  # e.g. a goal kept in userdata
+            if scene.ngeom < scene.maxgeom:
+                mujoco.mjv_initGeom(scene.geoms[scene.ngeom], mujoco.mjtGeom.mjGEOM_SPHERE,
+                                    np.full(3, radius), np.asarray(centre), np.eye(3).flatten(),
+                                    np.array([0.1, 0.8, 0.2, 0.5], dtype=np.float32))
+                scene.ngeom += 1
+        return renderer.render()
+
+    def view_camera(self, data: mujoco.MjData) -> mujoco.MjvCamera:
+        """The task's ``View`` as a MuJoCo free camera posed for ``data`` (after a forward)."""
+        view = self.task.view
+        if getattr(self, "_view_lookat", None) is None:  # Gymnasium's: median geom at qpos0
+            rest = mujoco.MjData(self.model)
+            mujoco.mj_forward(self.model, rest)
+            self._view_lookat = (np.median(rest.geom_xpos, axis=0) if view.lookat is None
+                                 else np.asarray(view.lookat, dtype=np.float64))
+            self._view_body = (-1 if view.track is None
+                               else mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, view.track))
+            if view.track is not None and self._view_body < 0:
+                raise ValueError(f"task {self.task.name!r}: view tracks unknown body {view.track!r}")
+        cam = mujoco.MjvCamera()
+        cam.type = mujoco.mjtCamera.mjCAMERA_FREE
+        cam.distance = self.model.stat.extent if view.distance is None else view.distance
+        cam.elevation, cam.azimuth = view.elevation, view.azimuth
+        cam.lookat[:] = self._view_lookat
+        if self._view_body >= 0:
+            cam.lookat[:2] = data.subtree_com[self._view_body, :2]
+            if view.lookat is None:
+                cam.lookat[2] = data.subtree_com[self._view_body, 2]
+        return cam
 
     # ------------------------------------------------------------------ randomization
     def _make_randomizer(self, cfg: RandomizationConfig) -> BatchRandomizer:
@@ -431,3 +480,20 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         if renderer is not None:
             renderer.close()
             self._renderer = None
+
+
+def _render_model(model: mujoco.MjModel, half_size: float = 1000.0) -> mujoco.MjModel:
+    """A copy of ``model`` for drawing: floor planes drawn ``half_size`` metres each way with
+    the same checker pitch (Gymnasium's are 40 m: a running HalfCheetah leaves its floor within
+    a few seconds and then runs over the void). Collision ignores a plane's size; the physics
+    model is untouched."""
+    model = copy.copy(model)
+    for g in np.flatnonzero(model.geom_type == mujoco.mjtGeom.mjGEOM_PLANE):
+        if model.geom_size[g, 0] <= 0 or model.geom_size[g, 0] >= half_size:
+            continue  # drawn infinite already, or large enough
+        scale = half_size / model.geom_size[g, 0]
+        model.geom_size[g, :2] *= scale
+        mat = model.geom_matid[g]
+        if mat >= 0 and not model.mat_texuniform[mat]:  # texture repeats per plane: keep pitch
+            model.mat_texrepeat[mat] *= scale
+    return model

@@ -69,8 +69,9 @@ class Wrapper(BatchedEnv):
     def get_state(self) -> torch.Tensor:
         return self.env.get_state()
 
-    def render(self, env_id: int = 0, camera: str | int = -1) -> Any:
-        return self.env.render(env_id, camera=camera)
+    def render(self, env_id: int = 0, width: int = 480, height: int = 480,
+               camera: str | int = "view", final: bool = False) -> Any:
+        return self.env.render(env_id, width, height, camera=camera, final=final)
 
     def set_state(self, state: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
         self.env.set_state(state, env_ids)

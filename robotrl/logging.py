@@ -37,6 +37,20 @@ class Logger:
             if self.writer is not None:
                 self.writer.add_scalar(key, value, step)
 
+    def video(self, tag: str, frames: list, step: int, fps: float) -> None:
+        """Show ``frames`` ([H, W, 3] uint8) in TensorBoard's Images tab as an animated GIF."""
+        if self.writer is None or not frames:
+            return
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        from robotrl.video import gif_bytes
+
+        h, w = frames[0].shape[:2]
+        image = Summary.Image(height=h, width=w, colorspace=3,
+                              encoded_image_string=gif_bytes(frames, fps))
+        self.writer._get_file_writer().add_summary(  # noqa: SLF001 - what add_video does
+            Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+
     def close(self) -> None:
         if self.writer is not None:
             self.writer.flush()

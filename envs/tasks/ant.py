@@ -7,7 +7,7 @@ import dataclasses
 import mujoco
 import torch
 
-from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig
+from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig, View
 
 
 @dataclasses.dataclass
@@ -41,6 +41,7 @@ class Ant(MujocoTask):
     gym_id = "Ant-v5"
     xml_file = "ant.xml"
     frame_skip = 5
+    view = View(distance=4.0, track="torso")
     config_cls = AntConfig
     needs_cfrc_ext = True
     cfg: AntConfig

@@ -82,6 +82,26 @@ class GymnasiumSpec:
         return model
 
 
+@dataclasses.dataclass(frozen=True)
+class View:
+    """The camera videos are shot from (``render``): MuJoCo's free camera with Gymnasium's
+    ``default_camera_config`` of the task (distance, elevation, azimuth, look-at point), and,
+    where the robot travels, following a body so it stays in view. (Gymnasium's own free
+    camera ignores the config's ``trackbodyid``: a running HalfCheetah leaves its frame.)"""
+
+    distance: float | None = None
+    """Metres from the look-at point (None: the model's extent, Gymnasium's default)."""
+    elevation: float = -45.0
+    """Degrees (negative: looking down; MuJoCo's default -45)."""
+    azimuth: float = 90.0
+    """Degrees about the vertical (MuJoCo's default 90: looking along +y)."""
+    lookat: tuple[float, float, float] | None = None
+    """The look-at point (None: the median geom position at the first frame, Gymnasium's)."""
+    track: str | None = None
+    """Body whose subtree centre of mass the look-at point follows in x and y (its z stays at
+    ``lookat``'s when given), or None: the camera stays put."""
+
+
 class MujocoTask(ABC):
     """One task: MJCF + reset distribution + observation + reward terms + termination."""
 
@@ -176,6 +196,13 @@ class MujocoTask(ABC):
 
     camera: ClassVar[str | None] = None
     """MuJoCo camera of the ``image`` observation group (rendered by the backend), or None."""
+    view: ClassVar[View] = View()
+    """The camera of videos and ``render`` (Gymnasium's ``default_camera_config``)."""
+
+    def markers(self, data: mujoco.MjData) -> list[tuple[tuple[float, float, float], float]]:
+        """Spheres ``render`` draws that are not in the model (centre, radius), e.g. a goal
+        kept in ``userdata``; default none."""
+        return []
 
     def observation_groups(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         """Observation groups beyond ``policy`` and ``privileged``: name -> (per-world shape,

@@ -34,7 +34,7 @@ import mujoco
 import torch
 
 from robotrl.envs.tasks.ant import Ant, AntConfig
-from robotrl.envs.tasks.base import GoalTask, GymnasiumSpec, Sim
+from robotrl.envs.tasks.base import GoalTask, GymnasiumSpec, Sim, View
 from robotrl.envs.tasks.humanoid import Humanoid, HumanoidConfig
 
 
@@ -88,6 +88,11 @@ class PositionGoal(GoalTask):
 
     def observe(self, sim: Sim) -> torch.Tensor:
         return torch.cat([super().observe(sim), self.goal(sim)], dim=1)
+
+    def markers(self, data: mujoco.MjData) -> list[tuple[tuple[float, float, float], float]]:
+        """The goal, a sphere of the success radius (on the floor for x-y goals)."""
+        goal = [*data.userdata[: self.goal_dim], 0.0][:3]
+        return [(tuple(float(v) for v in goal), float(self.cfg.success_distance))]
 
     def goal_distance(self, sim: Sim) -> torch.Tensor:
         return (sim.qpos[:, : self.goal_dim] - self.goal(sim)).norm(dim=1)
@@ -150,6 +155,13 @@ MAZES: dict[str, tuple[str, ...]] = {
 GOAL_SETS = ("train", "eval")
 
 
+def maze_view(layout: tuple[str, ...]) -> View:
+    """The whole maze from nearly overhead (rows run along x, columns along y)."""
+    x, y = (len(layout) - 1) * MAZE_SCALE / 2, (len(layout[0]) - 1) * MAZE_SCALE / 2
+    side = max(len(layout), len(layout[0])) * MAZE_SCALE
+    return View(distance=1.3 * side, elevation=-80.0, lookat=(x, y, 0.0))
+
+
 def maze_cells(layout: tuple[str, ...], marks: str) -> torch.Tensor:
     """[k, 2] float64 (x, y) centres of the cells marked with any of ``marks``."""
     return torch.tensor([[i * MAZE_SCALE, j * MAZE_SCALE] for i, row in enumerate(layout)
@@ -204,12 +216,14 @@ class AntUMaze(AntMaze):
     name = "ant_umaze"
     gym_id = "robotrl/AntUMaze"
     layout = MAZES["u"]
+    view = maze_view(layout)
 
 
 class AntBigMaze(AntMaze):
     name = "ant_bigmaze"
     gym_id = "robotrl/AntBigMaze"
     layout = MAZES["big"]
+    view = maze_view(layout)
 
 
 # ----------------------------------------------------------------------------------- humanoid

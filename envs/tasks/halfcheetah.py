@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig
+from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig, View
 
 
 @dataclasses.dataclass
@@ -24,6 +24,7 @@ class HalfCheetah(MujocoTask):
     gym_id = "HalfCheetah-v5"
     xml_file = "half_cheetah.xml"
     frame_skip = 5
+    view = View(distance=4.0, track="torso")
     config_cls = HalfCheetahConfig
     cfg: HalfCheetahConfig
 

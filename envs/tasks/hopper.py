@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig
+from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig, View
 
 
 @dataclasses.dataclass
@@ -34,6 +34,7 @@ class Hopper(MujocoTask):
     gym_id = "Hopper-v5"
     xml_file = "hopper.xml"
     frame_skip = 4
+    view = View(distance=3.0, elevation=-20.0, lookat=(0.0, 0.0, 1.15), track="torso")
     config_cls = HopperConfig
     cfg: HopperConfig
 

@@ -8,7 +8,7 @@ import math
 import mujoco
 import torch
 
-from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig
+from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig, View
 
 
 @dataclasses.dataclass
@@ -46,6 +46,7 @@ class Humanoid(MujocoTask):
     gym_id = "Humanoid-v5"
     xml_file = "humanoid.xml"
     frame_skip = 5
+    view = View(distance=4.0, elevation=-20.0, lookat=(0.0, 0.0, 2.0), track="torso")
     config_cls = HumanoidConfig
     needs_cfrc_ext = True
     cfg: HumanoidConfig

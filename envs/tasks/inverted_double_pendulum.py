@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig
+from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig, View
 
 
 @dataclasses.dataclass
@@ -32,6 +32,7 @@ class InvertedDoublePendulum(MujocoTask):
     gym_id = "InvertedDoublePendulum-v5"
     xml_file = "inverted_double_pendulum.xml"
     frame_skip = 5
+    view = View(distance=4.1225, lookat=(0.0, 0.0, 0.1225))
     config_cls = InvertedDoublePendulumConfig
     cfg: InvertedDoublePendulumConfig
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig
+from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig, View
 
 
 @dataclasses.dataclass
@@ -24,6 +24,7 @@ class InvertedPendulum(MujocoTask):
     gym_id = "InvertedPendulum-v5"
     xml_file = "inverted_pendulum.xml"
     frame_skip = 2
+    view = View(distance=2.04)
     config_cls = InvertedPendulumConfig
     cfg: InvertedPendulumConfig
 

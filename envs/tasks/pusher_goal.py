@@ -21,7 +21,7 @@ import dataclasses
 import mujoco
 import torch
 
-from robotrl.envs.tasks.base import GoalTask, Sim, TaskConfig
+from robotrl.envs.tasks.base import GoalTask, Sim, TaskConfig, View
 
 
 @dataclasses.dataclass
@@ -41,6 +41,7 @@ class PusherGoal(GoalTask):
     gym_id = "robotrl/PusherGoal"
     xml_file = "pusher_v5.xml"
     frame_skip = 5
+    view = View(distance=4.0)
     config_cls = PusherGoalConfig
     cfg: PusherGoalConfig
     achieved_columns = (17, 18)

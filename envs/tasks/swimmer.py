@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig
+from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig, View
 
 
 @dataclasses.dataclass
@@ -24,6 +24,7 @@ class Swimmer(MujocoTask):
     gym_id = "Swimmer-v5"
     xml_file = "swimmer.xml"
     frame_skip = 4
+    view = View(distance=4.0, elevation=-60.0, track="torso")
     config_cls = SwimmerConfig
     cfg: SwimmerConfig
 

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import mujoco
 import torch
 
-from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig
+from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig, View
 
 COLOURS: dict[str, tuple[float, float, float]] = {
     "red": (0.85, 0.15, 0.15), "green": (0.15, 0.75, 0.2), "blue": (0.15, 0.3, 0.9),
@@ -162,6 +162,7 @@ class Tabletop(MujocoTask):
     has_success = True
     camera: ClassVar[str] = "top"
     """The policy camera (``image`` group)."""
+    view = View(distance=0.9, elevation=-55.0, lookat=(0.0, 0.0, 0.0))
     num_userdata: ClassVar[int] = 5
     heldout_options: ClassVar[dict[str, Any]] = {"split": "heldout"}
 

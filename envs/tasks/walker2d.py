@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from robotrl.envs.tasks.base import Sim, TaskConfig
+from robotrl.envs.tasks.base import Sim, TaskConfig, View
 from robotrl.envs.tasks.hopper import Hopper
 
 
@@ -36,6 +36,7 @@ class Walker2d(Hopper):
     # v5 model: both feet have friction 1.9 (walker2d.xml, used up to v4, gives the right 0.9)
     xml_file = "walker2d_v5.xml"
     frame_skip = 4
+    view = View(distance=4.0, elevation=-20.0, lookat=(0.0, 0.0, 1.15), track="torso")
     config_cls = Walker2dConfig
     cfg: Walker2dConfig
 

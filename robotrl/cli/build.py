@@ -144,7 +144,12 @@ def build_runner(cfg: TrainConfig) -> Runner:
         progress=cfg.logger.progress,
         tensorboard=cfg.logger.tensorboard,
         seed=cfg.seed,
+        video=cfg.logger.video,
     )
+    if cfg.logger.video:  # before any training: no GL or no ffmpeg is found now, not at the end
+        from robotrl.video import check_video
+
+        check_video(make_eval_env(), cfg.backend.name)
     extra: dict[str, Any] = {}
     heldout = heldout_options(cfg)
     if heldout and runner_cls.heldout_states:

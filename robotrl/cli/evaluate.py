@@ -1,5 +1,8 @@
 """``robotrl eval checkpoint=PATH episodes=20 [out=FILE.json] [video=true] [options.KEY=VALUE]``.
 
+``video=true`` films world 0's episode from the task's view camera (``robotrl.video``) into
+``OUT.mp4`` (``eval.mp4`` without ``out``).
+
 ``options.KEY=VALUE`` changes a task option of the run's env for this evaluation, e.g.
 ``options.split=heldout`` evaluates a tabletop policy on held-out instructions. Tasks with a
 success criterion also report the success rate (``info["success"]`` at each episode's end).
@@ -12,17 +15,6 @@ from pathlib import Path
 import torch
 
 from robotrl.cli.args import parse_kv, split_options
-
-
-def _video_writer(path: Path):  # noqa: ANN202 - imageio writer
-    try:
-        import imageio.v2 as imageio
-    except ImportError:
-        raise SystemExit("video=true needs imageio with ffmpeg: pip install 'robotrl[video]'") from None
-    try:
-        return imageio.get_writer(path, fps=30)
-    except ValueError:  # imageio without its ffmpeg plugin
-        raise SystemExit("video=true needs imageio with ffmpeg: pip install 'robotrl[video]'") from None
 
 
 def eval_main(argv: list[str]) -> None:
@@ -55,39 +47,30 @@ def eval_main(argv: list[str]) -> None:
     def policy(obs: Obs) -> torch.Tensor:
         return alg.act_deterministic(obs_to(obs, device)).cpu()
 
-    on_step, writer = None, None
-    video = bool(args.get("video"))
-    if video:
-        video_path = Path(str(args.get("out", "eval.json"))).with_suffix(".mp4")
-        try:
-            env.reset()
-            env.render(0, camera="task")
-        except NotImplementedError:
-            raise SystemExit(f"the {cfg.backend.name} backend cannot render") from None
-        except Exception as err:  # noqa: BLE001 - GL backends fail in many ways
-            raise SystemExit(
-                f"offscreen rendering is not available ({type(err).__name__}: {err}); "
-                "set MUJOCO_GL=egl (or osmesa after apt-get install libosmesa6)"
-            ) from None
-        video_path.parent.mkdir(parents=True, exist_ok=True)
-        writer = _video_writer(video_path)
-        done = {"ended": False}
+    recorder = None
+    if args.get("video"):
+        from robotrl.video import EpisodeRecorder, VideoUnavailable, check_video, write_mp4
 
-        def on_step(e, out) -> None:  # noqa: ANN001 - world 0's first episode only
-            if not done["ended"]:
-                writer.append_data(e.render(0, camera="task"))
-                done["ended"] = bool(out.terminated[0] | out.truncated[0])
+        try:
+            check_video(env, cfg.backend.name)
+        except VideoUnavailable as err:
+            raise SystemExit(f"error: {err}") from None
+        recorder = EpisodeRecorder(size=480)
 
     obs = env.reset(seed=seeds["eval-reset"])
     base = getattr(env, "unwrapped", env)
-    if video and hasattr(getattr(base, "task", None), "instructions"):
-        console.print(f"world 0's instruction: {base.task.instructions(base.sim)[0]!r}")
-    result = summarize_episodes(run_episodes(env, obs, policy, on_step=on_step))
+    if recorder is not None:
+        recorder.start(env)
+        if hasattr(getattr(base, "task", None), "instructions"):
+            console.print(f"world 0's instruction: {base.task.instructions(base.sim)[0]!r}")
+    result = summarize_episodes(run_episodes(env, obs, policy, on_step=recorder))
     result["seeds"] = {"root": root, **seeds}
     result["options"] = options
-    if writer is not None:
-        writer.close()
-        console.print(f"video written to {video_path}")
+    if recorder is not None:
+        video_path = Path(str(args.get("out", "eval.json"))).with_suffix(".mp4")
+        write_mp4(video_path, recorder.frames, fps=1.0 / env.spec.control_dt)
+        console.print(f"video of world 0's episode ({len(recorder.frames)} frames) written to "
+                      f"{video_path}")
     console.print(f"{cfg.env.task}: return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "
                   f"length {result['length_mean']:.1f}"
                   + (f", success {result['success']:.1%}" if "success" in result else "")

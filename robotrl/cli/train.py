@@ -276,6 +276,7 @@ def train_main(argv: list[str]) -> None:
     @hydra.main(config_path="pkg://robotrl.configs", config_name="train", version_base="1.3")
     def _hydra_entry(dcfg: DictConfig) -> None:
         from robotrl.data import DatasetError
+        from robotrl.video import VideoUnavailable
 
         composed = OmegaConf.to_container(dcfg, resolve=True)
         try:
@@ -287,6 +288,8 @@ def train_main(argv: list[str]) -> None:
             run_training(cfg)
         except DatasetError as err:  # found when the data is read: nothing written yet
             refuse("dataset", err, cfg.run_dir)
+        except VideoUnavailable as err:  # logger.video=true where videos cannot be made
+            refuse("video", err, cfg.run_dir)
 
     flags = [a for a in argv if a.startswith("-")]
     sys.argv = ["robotrl train", *flags, *hydra_overrides(overrides)]

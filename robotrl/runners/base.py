@@ -36,6 +36,7 @@ from robotrl.logging import Logger, ProgressBar, console
 from robotrl.runners.evaluation import evaluate
 from robotrl.seeding import derive_seed, rng_state, seed_streams, set_rng_state
 from robotrl.types import Learner
+from robotrl.video import EpisodeRecorder, write_mp4
 
 
 @dataclasses.dataclass
@@ -62,6 +63,8 @@ class RunnerSettings:
     """Write TensorBoard events."""
     seed: int = 0
     """The run seed; evaluation resets use its ``eval-reset`` stream (``robotrl.seeding``)."""
+    video: bool = False
+    """Film each evaluation's first episode (``robotrl.video``) into ``run_dir/videos/``."""
     history_size: int = 10_000
     """Iterations whose metrics ``Runner.history`` keeps in memory (the oldest are dropped)."""
 
@@ -114,12 +117,16 @@ class Evaluator:
         last: the latest ``evaluate`` result (``return_mean``, ...), or None.
     """
 
-    def __init__(self, make_env: Callable[[], BatchedEnv], seed: int, device: torch.device) -> None:
+    def __init__(self, make_env: Callable[[], BatchedEnv], seed: int, device: torch.device,
+                 video_size: int = 0) -> None:
         """Args: ``make_env`` builds the evaluation worlds; ``seed`` is the run seed (resets
-        use its ``eval-reset`` stream); ``device`` is the learner's."""
+        use its ``eval-reset`` stream); ``device`` is the learner's; ``video_size`` > 0 films
+        world 0's episode at that many pixels square (``frames``)."""
         self.make_env, self.seed, self.device = make_env, seed, device
         self.env: BatchedEnv | None = None
         self.last: dict[str, float] | None = None
+        self.recorder = EpisodeRecorder(video_size) if video_size else None
+        """The last evaluation's film (``recorder.frames``), or None: not filming."""
         self.score: Callable[[float], float] | None = None
         """Maps a mean return to a normalized score (an offline dataset's card), or None."""
 
@@ -135,7 +142,8 @@ class Evaluator:
         def policy(obs: Obs) -> torch.Tensor:
             return learner.act_deterministic(obs_to(obs, device)).to(env.device)
 
-        self.last = evaluate(policy, env, seed=derive_seed(self.seed, "eval-reset"))
+        self.last = evaluate(policy, env, seed=derive_seed(self.seed, "eval-reset"),
+                             recorder=self.recorder)
         metrics = {"eval/return": self.last["return_mean"],
                    "eval/return_std": self.last["return_std"], "eval/length": self.last["length_mean"]}
         for key in ("success", "final_distance", "reached", "time_to_goal"):  # goal tasks
@@ -223,8 +231,8 @@ class Runner:
         # the offline runner has no training worlds: env None, no collector
         self.collector = None if env is None else Collector(env, alg, device)
         self.env = None if self.collector is None else self.collector.env
-        self.evaluator = None if make_eval_env is None else Evaluator(make_eval_env,
-                                                                     settings.seed, device)
+        self.evaluator = None if make_eval_env is None else Evaluator(
+            make_eval_env, settings.seed, device, video_size=240 if settings.video else 0)
         self.checkpointer = Checkpointer(Path(settings.run_dir) / "checkpoints" / "last.pt")
         self.best_path = self.checkpointer.path.with_name("best.pt")
         """Where the best evaluation so far is kept (SB3's EvalCallback ``best_model``)."""
@@ -310,6 +318,12 @@ class Runner:
         logger.log(metrics, self.global_step)
         self.evaluations.append({"step": self.global_step, "seconds": self._seconds(),
                                  **self.evaluator.last})
+        recorder = self.evaluator.recorder
+        if recorder is not None:
+            fps = 1.0 / self.evaluator.env.spec.control_dt
+            video_dir = Path(self.settings.run_dir) / "videos"
+            write_mp4(video_dir / f"step_{self.global_step:010d}.mp4", recorder.frames, fps)
+            logger.video("eval/video", recorder.frames, self.global_step, fps)
         value = metrics[self.evaluator.select]
         if not math.isnan(value) and (self.best_eval is None or value > self.best_eval):
             self.best_eval = value

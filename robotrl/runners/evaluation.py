@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
 from robotrl.envs.base import BatchedEnv, Obs, StepOut
+
+if TYPE_CHECKING:
+    from robotrl.video import EpisodeRecorder
 
 PolicyFn = Callable[[Obs], torch.Tensor]
 """Observation (every group of the env) -> action [N, act_dim]."""
@@ -99,15 +103,18 @@ def summarize_episodes(episodes: dict[str, torch.Tensor]) -> dict[str, float]:
     return result
 
 
-def evaluate(policy: PolicyFn, env: BatchedEnv, seed: int = 0,
-             on_step: Callable[[BatchedEnv, StepOut], None] | None = None,
-             gamma: float | None = None) -> dict[str, float]:
+def evaluate(policy: PolicyFn, env: BatchedEnv, seed: int = 0, gamma: float | None = None,
+             recorder: EpisodeRecorder | None = None) -> dict[str, float]:
     """Run the first episode of every world of ``env`` (reset with ``seed``) to its end with
     ``policy`` (``run_episodes``). Returns ``return_mean``, ``return_std``, ``length_mean``,
     ``episodes``; with ``gamma`` also ``discounted_return_mean`` and ``discounted_return_std``
-    (what off-policy evaluation estimates, ``robotrl.ope``).
+    (what off-policy evaluation estimates, ``robotrl.ope``). ``recorder`` films world 0's
+    episode (``robotrl.video``).
     """
-    episodes = run_episodes(env, env.reset(seed=seed), policy, on_step=on_step, gamma=gamma)
+    obs = env.reset(seed=seed)
+    if recorder is not None:
+        recorder.start(env)
+    episodes = run_episodes(env, obs, policy, on_step=recorder, gamma=gamma)
     if env.spec.goal is None:  # runs report returns and lengths; goal tasks their success too
         episodes.pop("success", None)
     return summarize_episodes(episodes)

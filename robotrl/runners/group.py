@@ -75,6 +75,10 @@ class GroupEvaluator:
             states, or None.
     """
 
+    recorder = None
+    """Group runs are not filmed at evaluation (``robotrl eval video=true`` films their
+    checkpoints)."""
+
     def __init__(self, env: BatchedEnv, states: dict[str, torch.Tensor], device: torch.device,
                  outcome: str = "return") -> None:
         """Args: ``env`` the worlds to run in (states go in chunks of ``env.num_envs``);
