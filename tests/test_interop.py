@@ -179,3 +179,22 @@ def test_sb3_ppo_learns_inverted_pendulum_through_the_adapter() -> None:
     mean, _ = evaluate_policy(model, as_sb3_vecenv(make("inverted_pendulum", 8, seed=1)),
                               n_eval_episodes=8)
     assert mean >= 900, mean
+
+
+def test_cleanrl_style_loop_runs_on_both_simulators(tmp_path) -> None:  # noqa: ANN001
+    """examples/ppo_gymnasium_vector.py: the same single-file PPO loop over Gymnasium's
+    vector env and over as_gymnasium_vector, only the env construction line differs."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "examples" / "ppo_gymnasium_vector.py"
+    for sim in ("robotrl", "gymnasium"):
+        out = tmp_path / f"{sim}.json"
+        run = subprocess.run([sys.executable, str(script), "--sim", sim, "--task", "hopper",
+                              "--num-envs", "4", "--num-steps", "64", "--total-steps", "1024",
+                              "--out", str(out)], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        summary = json.loads(out.read_text())
+        assert summary["steps"] == 1024 and np.isfinite(summary["return_last20"]), summary
