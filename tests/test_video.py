@@ -109,6 +109,7 @@ def _robot_pixels(frame: np.ndarray) -> int:
 
 
 def test_train_and_eval_write_videos_of_the_robot(gl: None, tmp_path: Path) -> None:
+    pytest.importorskip("imageio_ffmpeg", reason="the video extra is not installed")
     import imageio.v2 as imageio
 
     run = tmp_path / "run"
