@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from robotrl import distributed
 from robotrl.algos.on_policy_base import GaussianOnPolicy
 from robotrl.algos.optim import GradientStep, NonFiniteError
 from robotrl.algos.pg_core import policy_loss, value_loss
@@ -261,7 +262,8 @@ class PPO(GaussianOnPolicy):
                 loss, metrics = ppo_loss(self.policy, batch, cfg)
                 metrics[self.step.metric] = self.step.backward(loss)
                 # one host sync per minibatch: the finiteness guard and the adaptive lr need it
-                step = torch.stack([metrics[key] for key in keys])
+                # (averaged over ranks in a data-parallel run: every rank sets the same lr)
+                step = distributed.mean(torch.stack([metrics[key] for key in keys]))
                 finite, kl = torch.stack(
                     [torch.isfinite(step).all().to(step), step[kl_index]]
                 ).tolist()

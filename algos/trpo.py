@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch.distributions import Normal
 
+from robotrl import distributed
 from robotrl.algos.on_policy_base import GaussianOnPolicy
 from robotrl.algos.optim import GradientStep, NonFiniteError, nonfinite_message
 from robotrl.algos.pg_core import gaussian_kl, surrogate_loss, value_loss
@@ -203,7 +204,7 @@ def fisher_vector_product(
 
     def fvp(v: torch.Tensor) -> torch.Tensor:
         hv = torch.autograd.grad(grad_kl @ v, params, retain_graph=True)
-        return _flat(hv) + damping * v
+        return distributed.mean(_flat(hv)) + damping * v  # F of every rank's states
 
     return fvp
 
@@ -280,7 +281,7 @@ class TRPO(GaussianOnPolicy):
         if cfg.fvp_fraction < 1.0:
             # the products dominate the step's cost; a random subset estimates F well enough,
             # and the line search still checks the exact KL on the whole rollout
-            g = -_flat(torch.autograd.grad(loss, params))
+            g = -distributed.mean(_flat(torch.autograd.grad(loss, params)))
             total = obs.shape[0]
             gen_device = self.generator.device
             idx = torch.randperm(total, generator=self.generator, device=gen_device)
@@ -288,14 +289,14 @@ class TRPO(GaussianOnPolicy):
             sub = Normal(old.loc[idx], old.scale[idx], validate_args=False)
             kl = gaussian_kl(sub, self.policy.dist(obs[idx]))
         else:
-            g = -_flat(torch.autograd.grad(loss, params, retain_graph=True))
+            g = -distributed.mean(_flat(torch.autograd.grad(loss, params, retain_graph=True)))
         fvp = fisher_vector_product(kl, params, cfg.cg_damping)
         step_dir, cg_residual = conjugate_gradient(fvp, g, cfg.cg_iters)
         shs = step_dir @ fvp(step_dir)
         # quadratic model: 1/2 (b s)^T F (b s) = max_kl  =>  b = sqrt(2 max_kl / s^T F s)
         scale = torch.where(shs > 0, torch.sqrt(2.0 * self.max_kl / shs), 0.0)
         full_step = (scale * step_dir).detach()
-        old_loss = loss.detach()
+        old_loss = distributed.mean(loss.detach())
         check = torch.stack([old_loss, g.abs().sum(), full_step.abs().sum()])
         if not bool(torch.isfinite(check).all()):
             surrogate_value, g_norm, step_norm = check.tolist()
@@ -312,6 +313,7 @@ class TRPO(GaussianOnPolicy):
                 new_loss, new_kl, dist = self._surrogate_and_kl(
                     old, obs, action, old_log_prob, adv
                 )
+                new_loss, new_kl = distributed.mean(torch.stack([new_loss, new_kl]))
                 improvement = old_loss - new_loss
                 kl_value, improvement_value = torch.stack([new_kl, improvement]).tolist()
                 # NaN fails both comparisons, so a non-finite trial is never accepted

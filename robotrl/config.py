@@ -109,6 +109,10 @@ class TrainConfig:
     """Evaluate deterministically every this many iterations (0: only at the end)."""
     eval_episodes: int = 10
     """Episodes per evaluation (one per evaluation world)."""
+    distributed: bool = False
+    """Data-parallel training over the processes ``torchrun`` started (``robotrl.distributed``):
+    each rank runs ``num_envs`` worlds of its own and gradients are averaged; ``total_steps``
+    counts the steps of every rank."""
 
 
 def _check_type(value: Any, hint: Any, path: str) -> Any:
@@ -242,6 +246,20 @@ def validate(cfg: TrainConfig) -> None:
         if not Path(cfg.init).is_file():
             raise ValueError(f"init={cfg.init!r} is not a file; give a checkpoint "
                              "(runs/<...>/checkpoints/best.pt or last.pt)")
+    if cfg.distributed:
+        import os
+
+        from robotrl.distributed import TORCHRUN_VARS
+
+        missing = [v for v in TORCHRUN_VARS if v not in os.environ]
+        if missing:
+            raise ValueError(
+                f"distributed=true needs the processes torchrun starts ({', '.join(missing)} "
+                "unset): torchrun --nproc-per-node N -m robotrl.cli.main train distributed=true ...")
+    if cfg.distributed and algorithm(algo_name(cfg.algo)).runner == "group":
+        raise ValueError("distributed=true is not available for algo=grpo yet (its rounds end "
+                         "when every episode has, at a different step on each rank); PPO, TRPO, "
+                         "SAC, CRL and the offline algorithms train data-parallel")
     if algorithm(algo_name(cfg.algo)).runner == "group" and cfg.randomization.enabled():
         raise ValueError("algo=grpo compares G rollouts from one state in identical worlds; "
                          "domain randomization would make them differ: use randomization=none")

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from robotrl import distributed
 from robotrl.checkpoint import CheckpointError, load_checkpoint
 from robotrl.config import TrainConfig, from_dict, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
@@ -63,8 +64,9 @@ def build_algo(cfg: TrainConfig, spec: EnvSpec, state: dict[str, Any] | None = N
         able = [n for n in ALGORITHMS if getattr(learner_class(n), "token_policies", False)]
         raise ValueError(f"algo={algo_name(cfg.algo)} trains MLP networks only; "
                          f"policy={policy_name(cfg.policy)} is trained by {able}")
-    ctx = BuildContext(device=torch.device(cfg.device), num_envs=cfg.num_envs,
-                       policy=cfg.policy if token_policy else None)
+    rank = distributed.current()
+    ctx = BuildContext(device=torch.device(cfg.device), num_envs=cfg.num_envs, rank=rank.rank,
+                       world_size=rank.world_size, policy=cfg.policy if token_policy else None)
     alg = cls.build(spec, cfg.algo, ctx)
     if state is not None:
         alg.load_state_dict(state)
@@ -127,8 +129,10 @@ def build_runner(cfg: TrainConfig) -> Runner:
         if policy_name(cfg.policy) == "mlp":  # a token learner checks its groups at attach
             source.check_spec(spec.obs_dim, spec.action_dim, cfg.env.task)
         alg = build_algo(cfg, spec)
-    else:
-        source = build_env(cfg, cfg.num_envs, cfg.seed)
+    else:  # each rank of a data-parallel run its own worlds (rank 0: the run seed)
+        rank = distributed.current()
+        seed = cfg.seed if rank.main else derive_seed(cfg.seed, f"rank-{rank.rank}")
+        source = build_env(cfg, cfg.num_envs, seed)
         alg = build_algo(cfg, source.spec)
     if cfg.init and not cfg.resume:  # a resumed run's checkpoint has the weights already
         init_from(alg, cfg, source.spec if runner_cls.learns_from == "env" else spec)
@@ -146,7 +150,7 @@ def build_runner(cfg: TrainConfig) -> Runner:
         seed=cfg.seed,
         video=cfg.logger.video,
     )
-    if cfg.logger.video:  # before any training: no GL or no ffmpeg is found now, not at the end
+    if cfg.logger.video and distributed.current().main:  # before any training: no GL or no ffmpeg is found now, not at the end
         from robotrl.video import check_video
 
         check_video(make_eval_env(), cfg.backend.name)

@@ -11,7 +11,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robotrl.config import (
     BackendConfig,
@@ -24,6 +24,9 @@ from robotrl.config import (
     validate,
 )
 from robotrl.registry import POLICIES, algo_config_class, policy_config_class
+
+if TYPE_CHECKING:
+    from robotrl.distributed import Rank
 
 GROUPS = ("algo", "env", "policy", "backend", "logger", "randomization")
 
@@ -209,23 +212,52 @@ def save_config(cfg: TrainConfig) -> Path:
 
 
 def run_training(cfg: TrainConfig) -> dict[str, float] | None:
-    """Validate, build, (resume,) train, evaluate; return the final evaluation."""
+    """Validate, build, (resume,) train, evaluate; return the final evaluation (None on the
+    ranks other than 0 of a data-parallel run)."""
     import torch
 
-    from robotrl.cli.build import build_runner
-    from robotrl.logging import console
-    from robotrl.seeding import seed_everything
+    from robotrl import distributed
 
     validate(cfg)
     torch.set_num_threads(cfg.torch_threads or os.cpu_count() or 1)
-    seed_everything(cfg.seed)
+    rank = distributed.init(cfg.device) if cfg.distributed else distributed.current()
+    try:
+        return _train(cfg, rank)
+    finally:
+        if cfg.distributed:
+            distributed.shutdown()
+
+
+def _train(cfg: TrainConfig, rank: Rank) -> dict[str, float] | None:
+    import torch
+
+    from robotrl import distributed
+    from robotrl.cli.build import build_runner
+    from robotrl.logging import console
+    from robotrl.seeding import derive_seed, seed_everything
+
+    seed_everything(cfg.seed)  # every rank: the same initial parameters
     runner = build_runner(cfg)
+    if not rank.main:  # then rank r's own stream, as a run seeded with it (its worlds too)
+        seed_everything(derive_seed(cfg.seed, f"rank-{rank.rank}"))
+        generator = getattr(runner.alg, "generator", None)
+        if isinstance(generator, torch.Generator):  # drawn from the global RNG, as at build
+            generator.manual_seed(int(torch.randint(2**31 - 1, ())))
     if cfg.resume:
-        runner.load(cfg.resume)
-        console.print(f"resumed from {cfg.resume} at step {runner.global_step:,}")
+        path = distributed.rank_path(cfg.resume)
+        if not path.is_file():
+            raise ValueError(f"resume: rank {rank.rank}'s checkpoint {path} is missing (a "
+                             "data-parallel run resumes with the number of processes it had)")
+        runner.load(path)
+        if rank.main:
+            console.print(f"resumed from {cfg.resume} at step {runner.global_step:,}")
+    if not rank.main:
+        return runner.train()
     save_config(cfg)
     where = (f"dataset {cfg.dataset}, {cfg.total_steps:,} updates" if cfg.dataset else
              f"{cfg.num_envs} worlds ({cfg.backend.name}), {cfg.total_steps:,} steps")
+    if rank.world_size > 1:
+        where += f" x {rank.world_size} ranks"
     console.print(f"[bold]robotrl train[/bold] {cfg.env.task} with {type(cfg.algo).__name__} "
                   f"on {where} -> {cfg.run_dir}")
     network_cost = getattr(runner.alg, "network_cost", None)

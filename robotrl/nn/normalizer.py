@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from robotrl import distributed
+
 
 class RunningNormalizer(nn.Module):
     """Normalizes ``x [..., dim]`` by a running mean and variance (parallel Welford update).
@@ -22,13 +24,23 @@ class RunningNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        """Fold a batch ``x [B, dim]`` into the statistics (Chan et al. 1979)."""
+        """Fold a batch ``x [B, dim]`` into the statistics (Chan et al. 1979); in a
+        data-parallel run, the batches of every rank (``robotrl.distributed``)."""
         x = x.reshape(-1, self.mean.shape[0]).to(torch.float64)
-        n = x.shape[0]
-        if n == 0:
-            return
-        batch_mean = x.mean(dim=0)
-        batch_var = x.var(dim=0, unbiased=False)
+        if distributed.active():  # a data-parallel run folds every rank's batch in alike
+            sums = distributed.total(torch.cat([x.new_tensor([x.shape[0]]), x.sum(0),
+                                                x.square().sum(0)]))
+            n = int(sums[0].item())
+            if n == 0:
+                return
+            batch_mean = sums[1:1 + x.shape[1]] / n
+            batch_var = (sums[1 + x.shape[1]:] / n - batch_mean.square()).clamp_min(0.0)
+        else:
+            n = x.shape[0]
+            if n == 0:
+                return
+            batch_mean = x.mean(dim=0)
+            batch_var = x.var(dim=0, unbiased=False)
         total = self.count + n
         delta = batch_mean - self.mean
         m2 = self.var * self.count + batch_var * n + delta.square() * self.count * n / total

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from robotrl import distributed
 from robotrl.checkpoint import load_checkpoint, save_checkpoint
 from robotrl.envs.base import BatchedEnv, Obs, obs_to
 from robotrl.envs.wrappers import RecordEpisodeStatistics
@@ -228,12 +229,18 @@ class Runner:
     ) -> None:
         self.alg, self.settings, self.device = alg, settings, device
         self.config = config or {}
+        self.rank = distributed.current()
+        """This process's rank: only rank 0 logs, shows progress, evaluates and writes the
+        run's ``last.pt``/``best.pt``; rank r keeps its own state in ``last.rank<r>.pt``."""
+        if not self.rank.main:
+            make_eval_env = None
         # the offline runner has no training worlds: env None, no collector
         self.collector = None if env is None else Collector(env, alg, device)
         self.env = None if self.collector is None else self.collector.env
         self.evaluator = None if make_eval_env is None else Evaluator(
             make_eval_env, settings.seed, device, video_size=240 if settings.video else 0)
-        self.checkpointer = Checkpointer(Path(settings.run_dir) / "checkpoints" / "last.pt")
+        self.checkpointer = Checkpointer(
+            distributed.rank_path(Path(settings.run_dir) / "checkpoints" / "last.pt"))
         self.best_path = self.checkpointer.path.with_name("best.pt")
         """Where the best evaluation so far is kept (SB3's EvalCallback ``best_model``)."""
         self.best_eval: float | None = None
@@ -334,8 +341,9 @@ class Runner:
         """Called after each rollout with the observation that follows it."""
 
     def steps_per_iteration(self) -> int:
-        """What one iteration adds to ``global_step`` (env steps summed over worlds)."""
-        return self.settings.steps_per_env * self.env.num_envs
+        """What one iteration adds to ``global_step`` (env steps summed over worlds, of every
+        rank in a data-parallel run)."""
+        return self.settings.steps_per_env * self.env.num_envs * self.rank.world_size
 
     def _iteration(self) -> dict[str, float]:
         """One collect-and-update iteration; returns its metrics."""
@@ -364,19 +372,22 @@ class Runner:
         from the algorithm) stops without overwriting the last good checkpoint.
         """
         s = self.settings
-        logger = Logger(s.run_dir, s.tensorboard, purge_step=self.global_step or None)
+        main = self.rank.main
+        logger = Logger(s.run_dir, s.tensorboard and main, purge_step=self.global_step or None)
         start = time.perf_counter()
         self._clock = (self.train_seconds, start)
         out_of_time = False
         try:
             with (deferred_interrupt() as stop_requested,
-                  ProgressBar(s.total_steps, s.progress, start=self.global_step) as bar):
+                  ProgressBar(s.total_steps, s.progress and main, start=self.global_step) as bar):
                 if self.evaluate_first and self.evaluator and not self.evaluations:
                     self._evaluate(logger)
                 while self.global_step < s.total_steps:
-                    if stop_requested():
+                    late = bool(s.max_minutes) and time.perf_counter() - start > 60 * s.max_minutes
+                    stop, late = distributed.any_rank(stop_requested(), late)  # ranks stop together
+                    if stop:
                         raise KeyboardInterrupt
-                    if s.max_minutes and time.perf_counter() - start > 60 * s.max_minutes:
+                    if late:
                         out_of_time = True
                         break
                     metrics = self._iteration()
@@ -391,7 +402,8 @@ class Runner:
                         self.save()
         except KeyboardInterrupt:
             path = self.save()
-            console.print(f"[yellow]interrupted: checkpoint saved to {path}[/yellow]")
+            if main:
+                console.print(f"[yellow]interrupted: checkpoint saved to {path}[/yellow]")
             logger.close()
             raise
         except FloatingPointError as err:
@@ -401,7 +413,7 @@ class Runner:
                 f"training stopped at iteration {self.iteration + 1}: {err}. "
                 f"Last good checkpoint: {kept}"
             ) from err
-        if out_of_time:
+        if out_of_time and main:
             console.print(f"[yellow]max_minutes={s.max_minutes} reached at step "
                           f"{self.global_step:,}: checkpointing and evaluating[/yellow]")
         evaluated = bool(self.evaluations) and self.evaluations[-1]["step"] == self.global_step
