@@ -190,3 +190,38 @@ def test_cli_multirun_writes_one_run_per_seed(tmp_path: Path) -> None:
     for seed in (0, 1):
         assert (tmp_path / f"s{seed}" / "checkpoints" / "last.pt").exists()
         assert f"seed: {seed}" in (tmp_path / f"s{seed}" / "config.yaml").read_text()
+
+
+def _multirun(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "robotrl.cli.main", "train", "-m", "env=inverted_pendulum",
+         "num_envs=2", "total_steps=64", "algo.num_steps=16", "logger.progress=false",
+         "eval_episodes=1", "backend.num_threads=1", f"hydra.sweep.dir={tmp_path}/sweep", *args],
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_joblib_multirun_runs_jobs_in_parallel_processes_and_tables_them(tmp_path: Path) -> None:
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="needs the launchers extra")
+    proc = _multirun(tmp_path, "hydra/launcher=local", "seed=0,1", f"run_dir={tmp_path}/s${{seed}}")
+    assert proc.returncode == 0, proc.stderr
+    # Hydra's record of the sweep names the launcher that ran the jobs
+    assert "hydra_joblib_launcher" in (tmp_path / "sweep" / "multirun.yaml").read_text()
+    for seed in (0, 1):
+        assert (tmp_path / f"s{seed}" / "checkpoints" / "last.pt").exists()
+    rows = json.loads((tmp_path / "sweep" / "results.json").read_text())
+    assert sorted(r["run_dir"] for r in rows) == [f"{tmp_path}/s0", f"{tmp_path}/s1"]
+    assert all(r["final"] == r["final"] and r["best"] >= r["final"] for r in rows)
+    assert "| job | swept |" in (tmp_path / "sweep" / "results.md").read_text()
+
+
+def test_optuna_sweep_of_two_trials(tmp_path: Path) -> None:
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="needs the tune extra")
+    proc = _multirun(tmp_path, "hydra/sweeper=optuna_ppo", "hydra.sweeper.n_trials=2",
+                     f"run_dir={tmp_path}/t${{hydra:job.num}}")
+    assert proc.returncode == 0, proc.stderr
+    best = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
+    assert "best_params" in best and "algo.learning_rate" in best
+    rows = json.loads((tmp_path / "sweep" / "results.json").read_text())
+    assert len(rows) == 2 and all((tmp_path / f"t{r['job']}" / "config.yaml").exists()
+                                  for r in rows)

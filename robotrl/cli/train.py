@@ -268,6 +268,7 @@ def _train(cfg: TrainConfig, rank: Rank) -> dict[str, float] | None:
                           "MiB activations")
     result = runner.train()
     if result is not None:
+        result = {**result, "best": runner.best_eval}  # what a sweep's table shows beside it
         score = (f", normalized score {result['normalized_score']:.1f}"
                  if "normalized_score" in result else "")
         # a group run (GRPO) reports its train and test initial states apart
@@ -306,7 +307,9 @@ def train_main(argv: list[str]) -> None:
         raise SystemExit(2) from None
 
     @hydra.main(config_path="pkg://robotrl.configs", config_name="train", version_base="1.3")
-    def _hydra_entry(dcfg: DictConfig) -> None:
+    def _hydra_entry(dcfg: DictConfig) -> float:
+        """One run; returns the sweep objective (``robotrl.cli.sweep.objective``)."""
+        from robotrl.cli.sweep import objective, record_job
         from robotrl.data import DatasetError
         from robotrl.video import VideoUnavailable
 
@@ -317,11 +320,14 @@ def train_main(argv: list[str]) -> None:
         except (ConfigError, ValueError, TypeError) as err:
             refuse("config", err, str(composed.get("run_dir", "")))
         try:
-            run_training(cfg)
+            result = run_training(cfg)
         except DatasetError as err:  # found when the data is read: nothing written yet
             refuse("dataset", err, cfg.run_dir)
         except VideoUnavailable as err:  # logger.video=true where videos cannot be made
             refuse("video", err, cfg.run_dir)
+        if result is not None or not cfg.distributed:  # data-parallel: rank 0 speaks for it
+            record_job(cfg.run_dir, result, None if result is None else result["best"])
+        return objective(result)
 
     flags = [a for a in argv if a.startswith("-")]
     sys.argv = ["robotrl train", *flags, *hydra_overrides(overrides)]
