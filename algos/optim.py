@@ -21,8 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
-GradientHook = Callable[[list[torch.Tensor]], None]
-"""Called with the parameters after backward, before clipping (data-parallel all-reduce)."""
+GradientHook = Callable[[list[torch.Tensor], torch.Tensor | None], torch.Tensor | None]
+"""Called with the parameters and the step's ``riders`` after backward, before clipping;
+returns the riders as the step should see them (data-parallel: gradients and riders averaged
+over ranks in one all-reduce)."""
 
 GRADIENT_HOOKS: list[GradientHook] = []
 """Hooks every ``GradientStep`` runs after backward; data-parallel training registers its
@@ -69,13 +71,18 @@ class GradientStep:
         """The metric key of this step's gradient norm."""
         return f"train/grad_norm/{self.name}"
 
-    def backward(self, loss: torch.Tensor) -> torch.Tensor:
-        """Zero-grad, backward, hooks, clip; returns the global gradient norm [] before clipping."""
+    def backward(self, loss: torch.Tensor, riders: torch.Tensor | None = None) -> Any:
+        """Zero-grad, backward, hooks, clip; returns the global gradient norm [] before
+        clipping. ``riders`` (a 1-D tensor of values every rank must agree on, e.g. PPO's KL
+        for its adaptive learning rate) travel with the gradients: averaged over ranks in the
+        same all-reduce of a data-parallel run; then (grad norm, riders) is returned."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        out = riders
         for hook in GRADIENT_HOOKS:
-            hook(self.params)
-        return nn.utils.clip_grad_norm_(self.params, self.max_norm)
+            out = hook(self.params, out)
+        norm = nn.utils.clip_grad_norm_(self.params, self.max_norm)
+        return norm if riders is None else (norm, out)
 
     def fail(self, where: str, values: str = "") -> None:
         """Drop the gradients and raise the named error (the step is not applied)."""

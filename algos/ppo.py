@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from robotrl import distributed
 from robotrl.algos.on_policy_base import GaussianOnPolicy
 from robotrl.algos.optim import GradientStep, NonFiniteError
 from robotrl.algos.pg_core import policy_loss, value_loss
@@ -260,10 +259,12 @@ class PPO(GaussianOnPolicy):
         for epoch in range(cfg.num_epochs):
             for i, batch in enumerate(buf.minibatches(cfg.num_minibatches, self.generator)):
                 loss, metrics = ppo_loss(self.policy, batch, cfg)
-                metrics[self.step.metric] = self.step.backward(loss)
+                # the loss metrics ride with the gradients: averaged over ranks in the same
+                # all-reduce of a data-parallel run, so every rank sets the same adaptive lr
+                grad_norm, riders = self.step.backward(
+                    loss, torch.stack([metrics[key] for key in keys[:-1]]))
                 # one host sync per minibatch: the finiteness guard and the adaptive lr need it
-                # (averaged over ranks in a data-parallel run: every rank sets the same lr)
-                step = distributed.mean(torch.stack([metrics[key] for key in keys]))
+                step = torch.cat([riders, grad_norm[None].to(riders)])
                 finite, kl = torch.stack(
                     [torch.isfinite(step).all().to(step), step[kl_index]]
                 ).tolist()

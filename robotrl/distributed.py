@@ -87,14 +87,18 @@ def shutdown() -> None:
     _RANK = Rank()
 
 
-def average_gradients(params: list[torch.Tensor]) -> None:
-    """Replace every gradient by its mean over ranks: one all-reduce of all of them
-    flattened (a parameter without a gradient counts as zeros, so every rank sends the
-    same layout)."""
+def average_gradients(params: list[torch.Tensor],
+                      riders: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Replace every gradient by its mean over ranks, and average ``riders`` (values the ranks
+    must agree on) with them: one all-reduce of all of it flattened (a parameter without a
+    gradient counts as zeros, so every rank sends the same layout). Returns the riders."""
     if not active():
-        return
+        return riders
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = mean(torch.cat([g.reshape(-1) for g in grads]))
+    parts = [g.reshape(-1) for g in grads]
+    if riders is not None:
+        parts.append(riders.detach().reshape(-1).to(parts[0].dtype))
+    flat = mean(torch.cat(parts))
     offset = 0
     for p, g in zip(params, grads, strict=True):
         n = g.numel()
@@ -104,6 +108,7 @@ def average_gradients(params: list[torch.Tensor]) -> None:
         else:
             p.grad.copy_(view)
         offset += n
+    return None if riders is None else flat[offset:].to(riders.dtype).view_as(riders)
 
 
 def mean(x: torch.Tensor) -> torch.Tensor:

@@ -101,3 +101,32 @@ def test_distributed_without_torchrun_is_refused(tmp_path: Path) -> None:
                          text=True, timeout=300)
     assert run.returncode != 0
     assert "torchrun --nproc-per-node" in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.slow  # 6 learning runs, ~2 min
+def test_two_ranks_learn_like_one_process_with_twice_the_worlds(tmp_path: Path) -> None:
+    """The same total batch (2 x 8 worlds vs 1 x 16) and steps: mean final evaluation over 3
+    seeds agrees within the seeds' spread (both learn: far above a random policy's ~5)."""
+    import json
+    import statistics
+
+    common = ("env=inverted_pendulum", "algo.num_steps=32", "total_steps=12288",
+              "eval_episodes=8", "eval_interval=0", "algo.actor_hidden=[64,64]",
+              "algo.critic_hidden=[64,64]", "backend.num_threads=1")
+    returns: dict[str, list[float]] = {"two": [], "one": []}
+    for seed in (0, 1, 2):
+        two, one = tmp_path / f"two{seed}", tmp_path / f"one{seed}"
+        _torchrun(2, *common, "num_envs=8", f"seed={seed}", f"run_dir={two}")
+        run = subprocess.run([sys.executable, "-m", "robotrl.cli.main", "train", *common,
+                              "num_envs=16", f"seed={seed}", f"run_dir={one}",
+                              "logger.progress=false"], env=ENV, capture_output=True,
+                             text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        for name, d in (("two", two), ("one", one)):
+            returns[name].append(_load(d / "checkpoints" / "last.pt")["evaluations"][-1][
+                "return_mean"])
+    (tmp_path / "returns.json").write_text(json.dumps(returns))
+    mean2, mean1 = statistics.mean(returns["two"]), statistics.mean(returns["one"])
+    spread = max(statistics.stdev(returns["two"]), statistics.stdev(returns["one"]), 50.0)
+    assert min(mean1, mean2) > 100, returns
+    assert abs(mean2 - mean1) <= 2 * spread, returns

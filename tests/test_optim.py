@@ -46,12 +46,16 @@ def test_non_finite_loss_names_algorithm_loss_and_place_and_skips() -> None:
 def test_gradient_hooks_see_gradients_before_clipping(monkeypatch) -> None:  # noqa: ANN001
     seen = []
 
-    def halve(params: list[torch.Tensor]) -> None:  # what an all-reduce mean would do
-        seen.append(len(params))
+    def halve(params: list[torch.Tensor], riders: torch.Tensor | None) -> torch.Tensor | None:
+        seen.append(len(params))  # what an all-reduce mean would do
         for p in params:
             p.grad.mul_(0.5)
+        return None if riders is None else riders * 0.5
 
     monkeypatch.setattr(optim, "GRADIENT_HOOKS", [halve])
     net, step = _setup()
     norm = step(net(torch.ones(1, 3)).sum(), "here")
     assert seen == [2] and norm.item() == pytest.approx(0.5 * 2.0)  # grads 1,1,1 and 1
+    # riders travel through the same hook and come back as it left them
+    norm, riders = step.backward(net(torch.ones(1, 3)).sum(), torch.tensor([4.0, 2.0]))
+    assert riders.tolist() == [2.0, 1.0] and norm.item() == pytest.approx(1.0)
