@@ -2,14 +2,14 @@
 through Hydra's joblib launcher against the same runs one after another.
 
     python benchmarks/scaling.py                      # PPO and SAC, 1 vs 2 processes; 4-seed sweep
-    python benchmarks/scaling.py --procs 4 --device cuda --algos ppo   # on a multi-GPU machine
+    python benchmarks/scaling.py --procs 4 --device cuda --algos ppo   # 4 GPUs
 
 Scaling (weak: every process runs the same ``--num-envs`` worlds): 1 process with all the
 cores against N processes under ``torchrun`` (``distributed=true``), each with cores / N
 simulator threads; env-steps/s and learner updates/s from the runs' checkpoints (steps over
 training seconds); env-step efficiency = rate(N) / (N x rate(1)), update efficiency =
-updates/s(N) / updates/s(1) (one synchronized update of N processes learns from N batches). The sweep: ``robotrl train -m
-seed=0,1,2,3`` with ``hydra/launcher=local`` (2 parallel jobs, 1 simulator thread each)
+updates/s(N) / updates/s(1) (one synchronized update of N processes learns from N batches).
+The sweep: ``robotrl train -m seed=0,1,2,3`` with ``hydra/launcher=local`` (2 parallel jobs, 1 simulator thread each)
 against the basic launcher (one job after another, all cores); wall clock of each and their
 ratio. Prints a table and writes ``--out`` JSON.
 """

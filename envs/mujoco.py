@@ -430,8 +430,9 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         elif isinstance(camera, str):
             name, camera = camera, mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
             if camera < 0:
+                known = [self.model.camera(i).name for i in range(self.model.ncam)]
                 raise ValueError(f"no camera {name!r} in task {self.task.name!r}; known: "
-                                 f"'view', 'task', {[self.model.camera(i).name for i in range(self.model.ncam)]}")
+                                 f"'view', 'task', {known}")
         renderer.update_scene(data, camera=camera)
         colours = self.task.geom_colors(self.sim)[env_id].numpy()
         scene = renderer.scene
@@ -455,10 +456,12 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             mujoco.mj_forward(self.model, rest)
             self._view_lookat = (np.median(rest.geom_xpos, axis=0) if view.lookat is None
                                  else np.asarray(view.lookat, dtype=np.float64))
+            body = mujoco.mjtObj.mjOBJ_BODY
             self._view_body = (-1 if view.track is None
-                               else mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, view.track))
+                               else mujoco.mj_name2id(self.model, body, view.track))
             if view.track is not None and self._view_body < 0:
-                raise ValueError(f"task {self.task.name!r}: view tracks unknown body {view.track!r}")
+                raise ValueError(f"task {self.task.name!r}: view tracks unknown body "
+                                 f"{view.track!r}")
         cam = mujoco.MjvCamera()
         cam.type = mujoco.mjtCamera.mjCAMERA_FREE
         cam.distance = self.model.stat.extent if view.distance is None else view.distance

@@ -146,11 +146,6 @@ def _collective_device() -> torch.device:
     return torch.device("cpu")
 
 
-def barrier() -> None:
-    if active():
-        dist.barrier()
-
-
 def rank_path(path: str | Path, rank: Rank | None = None) -> Path:
     """Where rank ``rank`` keeps checkpoint ``path``: rank 0 the path itself, rank r
     ``<stem>.rank<r><suffix>`` beside it."""

@@ -18,22 +18,28 @@ import numpy as np
 from robotrl.envs.base import BatchedEnv, StepOut
 
 VIDEO_EXTRA = "pip install 'robotrl[video]'"
+NEEDS_FFMPEG = f"writing videos needs imageio with ffmpeg: {VIDEO_EXTRA}"
+EVAL_SIZE = 480
+"""Pixels square of ``robotrl eval video=true`` (Gymnasium's default render size)."""
+TRAIN_SIZE = 240
+"""Pixels square of the films ``logger.video=true`` makes during training (cheaper to draw)."""
 
 
 class VideoUnavailable(RuntimeError):
     """Videos cannot be made here; the message says what is missing."""
 
 
-def check_video(env: BatchedEnv, backend: str = "") -> None:
-    """Render one small frame of world 0 and find imageio's ffmpeg, or raise
-    ``VideoUnavailable`` saying why videos cannot be made here (a backend without a renderer,
-    no offscreen OpenGL, no ``video`` extra), before any work is spent."""
+def check_video(env: BatchedEnv, size: int, backend: str = "") -> None:
+    """Render one frame of world 0 at ``size`` pixels square (the renderer the film then
+    reuses) and find imageio's ffmpeg, or raise ``VideoUnavailable`` saying why videos cannot
+    be made here (a backend without a renderer, no offscreen OpenGL, no ``video`` extra),
+    before any work is spent."""
     try:
         import imageio_ffmpeg  # noqa: F401
     except ImportError:
-        raise VideoUnavailable(f"writing videos needs imageio with ffmpeg: {VIDEO_EXTRA}") from None
+        raise VideoUnavailable(NEEDS_FFMPEG) from None
     try:
-        env.render(0, 64, 64)
+        env.render(0, size, size)
     except NotImplementedError:
         raise VideoUnavailable(f"the {backend or type(env).__name__} backend cannot render "
                                "videos; use backend=mujoco") from None
@@ -49,13 +55,16 @@ class EpisodeRecorder:
     ``run_episodes``' ``on_step``. The last frame is the episode's final state (before the
     auto-reset), so a fall or a success is on film."""
 
-    def __init__(self, size: int = 480) -> None:
+    def __init__(self, size: int = EVAL_SIZE) -> None:
         self.size = size
         self.frames: list[np.ndarray] = []
         self.ended = False
+        self.fps = 0.0
+        """Frames per second of real time: the env's control rate."""
 
     def start(self, env: BatchedEnv) -> None:
         self.frames, self.ended = [env.render(0, self.size, self.size)], False
+        self.fps = 1.0 / env.spec.control_dt
 
     def __call__(self, env: BatchedEnv, out: StepOut) -> None:
         if not self.ended:
@@ -69,14 +78,14 @@ def write_mp4(path: str | Path, frames: list[np.ndarray], fps: float) -> Path:
     try:
         import imageio.v2 as imageio
     except ImportError:
-        raise VideoUnavailable(f"writing videos needs imageio with ffmpeg: {VIDEO_EXTRA}") from None
+        raise VideoUnavailable(NEEDS_FFMPEG) from None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.mp4")
     try:
         writer = imageio.get_writer(tmp, fps=fps, macro_block_size=1)
     except (ValueError, ImportError):  # imageio without its ffmpeg plugin
-        raise VideoUnavailable(f"writing videos needs imageio with ffmpeg: {VIDEO_EXTRA}") from None
+        raise VideoUnavailable(NEEDS_FFMPEG) from None
     try:
         for frame in frames:
             writer.append_data(frame)

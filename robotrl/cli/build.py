@@ -150,10 +150,10 @@ def build_runner(cfg: TrainConfig) -> Runner:
         seed=cfg.seed,
         video=cfg.logger.video,
     )
-    if cfg.logger.video and distributed.current().main:  # before any training: no GL or no ffmpeg is found now, not at the end
-        from robotrl.video import check_video
+    if cfg.logger.video and distributed.current().main:  # no GL or ffmpeg: found now, not late
+        from robotrl.video import TRAIN_SIZE, check_video
 
-        check_video(make_eval_env(), cfg.backend.name)
+        check_video(make_eval_env(), TRAIN_SIZE, cfg.backend.name)
     extra: dict[str, Any] = {}
     heldout = heldout_options(cfg)
     if heldout and runner_cls.heldout_states:

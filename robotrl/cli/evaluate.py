@@ -49,13 +49,19 @@ def eval_main(argv: list[str]) -> None:
 
     recorder = None
     if args.get("video"):
-        from robotrl.video import EpisodeRecorder, VideoUnavailable, check_video, write_mp4
+        from robotrl.video import (
+            EVAL_SIZE,
+            EpisodeRecorder,
+            VideoUnavailable,
+            check_video,
+            write_mp4,
+        )
 
         try:
-            check_video(env, cfg.backend.name)
+            check_video(env, EVAL_SIZE, cfg.backend.name)
         except VideoUnavailable as err:
             raise SystemExit(f"error: {err}") from None
-        recorder = EpisodeRecorder(size=480)
+        recorder = EpisodeRecorder(EVAL_SIZE)
 
     obs = env.reset(seed=seeds["eval-reset"])
     base = getattr(env, "unwrapped", env)
@@ -68,7 +74,7 @@ def eval_main(argv: list[str]) -> None:
     result["options"] = options
     if recorder is not None:
         video_path = Path(str(args.get("out", "eval.json"))).with_suffix(".mp4")
-        write_mp4(video_path, recorder.frames, fps=1.0 / env.spec.control_dt)
+        write_mp4(video_path, recorder.frames, recorder.fps)
         console.print(f"video of world 0's episode ({len(recorder.frames)} frames) written to "
                       f"{video_path}")
     console.print(f"{cfg.env.task}: return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "

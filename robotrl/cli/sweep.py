@@ -29,9 +29,10 @@ def objective(result: dict[str, float] | None) -> float:
     return float(result.get("normalized_score", result["return_mean"]))
 
 
-def record_job(run_dir: str, result: dict[str, float] | None, best: float | None) -> None:
-    """Inside a multirun job: write this job's row to ``<sweep dir>/results/<job>.json``
-    (atomically); outside one, nothing."""
+def record_job(run_dir: str, result: dict[str, float] | None) -> None:
+    """Inside a multirun job: write this job's row (``result`` is ``run_training``'s, with the
+    run's ``best`` evaluation) to ``<sweep dir>/results/<job>.json`` atomically; outside one,
+    nothing."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -42,6 +43,7 @@ def record_job(run_dir: str, result: dict[str, float] | None, best: float | None
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:
         return
+    best = (result or {}).get("best")
     row = {"job": int(hc.job.num), "overrides": list(hc.overrides.task), "run_dir": run_dir,
            "final": objective(result), "best": math.nan if best is None else float(best)}
     if result and "success" in result:

@@ -326,7 +326,7 @@ def train_main(argv: list[str]) -> None:
         except VideoUnavailable as err:  # logger.video=true where videos cannot be made
             refuse("video", err, cfg.run_dir)
         if result is not None or not cfg.distributed:  # data-parallel: rank 0 speaks for it
-            record_job(cfg.run_dir, result, None if result is None else result["best"])
+            record_job(cfg.run_dir, result)
         return objective(result)
 
     flags = [a for a in argv if a.startswith("-")]

@@ -37,7 +37,7 @@ from robotrl.logging import Logger, ProgressBar, console
 from robotrl.runners.evaluation import evaluate
 from robotrl.seeding import derive_seed, rng_state, seed_streams, set_rng_state
 from robotrl.types import Learner
-from robotrl.video import EpisodeRecorder, write_mp4
+from robotrl.video import TRAIN_SIZE, EpisodeRecorder, write_mp4
 
 
 @dataclasses.dataclass
@@ -238,7 +238,7 @@ class Runner:
         self.collector = None if env is None else Collector(env, alg, device)
         self.env = None if self.collector is None else self.collector.env
         self.evaluator = None if make_eval_env is None else Evaluator(
-            make_eval_env, settings.seed, device, video_size=240 if settings.video else 0)
+            make_eval_env, settings.seed, device, video_size=TRAIN_SIZE if settings.video else 0)
         self.checkpointer = Checkpointer(
             distributed.rank_path(Path(settings.run_dir) / "checkpoints" / "last.pt"))
         self.best_path = self.checkpointer.path.with_name("best.pt")
@@ -327,10 +327,9 @@ class Runner:
                                  **self.evaluator.last})
         recorder = self.evaluator.recorder
         if recorder is not None:
-            fps = 1.0 / self.evaluator.env.spec.control_dt
-            video_dir = Path(self.settings.run_dir) / "videos"
-            write_mp4(video_dir / f"step_{self.global_step:010d}.mp4", recorder.frames, fps)
-            logger.video("eval/video", recorder.frames, self.global_step, fps)
+            video = Path(self.settings.run_dir) / "videos" / f"step_{self.global_step:010d}.mp4"
+            write_mp4(video, recorder.frames, recorder.fps)
+            logger.video("eval/video", recorder.frames, self.global_step, recorder.fps)
         value = metrics[self.evaluator.select]
         if not math.isnan(value) and (self.best_eval is None or value > self.best_eval):
             self.best_eval = value
