@@ -198,3 +198,25 @@ def test_cleanrl_style_loop_runs_on_both_simulators(tmp_path) -> None:  # noqa: 
         assert run.returncode == 0, run.stderr
         summary = json.loads(out.read_text())
         assert summary["steps"] == 1024 and np.isfinite(summary["return_last20"]), summary
+
+
+def test_gymnasium_checkers_that_apply_to_vector_envs() -> None:
+    """Gymnasium's own checks (gymnasium.utils.env_checker / passive_env_checker) that take a
+    vector env: seeded reset determinism, no reused output buffers, spaces and observations
+    within them. One world: the buffer check tests ``terminated or truncated`` as a bool.
+    (``check_step_determinism`` does not apply: it asserts ``truncated is False``, a single
+    env's Python bool; step determinism is checked above against SyncVectorEnv.)"""
+    from gymnasium.utils import env_checker, passive_env_checker
+
+    for mode in ("same_step", "next_step"):
+        envs = as_gymnasium_vector(make("hopper", 1), autoreset_mode=mode)
+        passive_env_checker.check_space(envs.single_observation_space, "observation",
+                                        passive_env_checker._check_box_observation_space)
+        passive_env_checker.check_space(envs.single_action_space, "action",
+                                        passive_env_checker._check_box_action_space)
+        env_checker.check_reset_seed_determinism(envs)
+        env_checker.check_returned_data_not_reused(envs)
+        obs, _ = envs.reset(seed=3)
+        passive_env_checker.check_obs(obs, envs.observation_space, "reset")
+        obs = envs.step(envs.action_space.sample())[0]
+        passive_env_checker.check_obs(obs, envs.observation_space, "step")
