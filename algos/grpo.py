@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from robotrl import distributed
 from robotrl.algos.advantages import GROUP_ADVANTAGES, group_advantages
 from robotrl.algos.optim import GradientStep, NonFiniteError, adam
 from robotrl.algos.pg_core import AGGREGATIONS, aggregate, kl_k3, policy_loss
@@ -405,21 +406,29 @@ class GRPO:
             action_std}``, ``train/groups`` (kept groups the update used), ``train/draws``
             (rounds drawn) and ``train/informative`` (fraction of drawn groups whose outcomes
             differ). An empty batch (no informative group in ``max_draws`` rounds) skips the
-            update.
+            update (in a data-parallel run: when every rank's is empty).
 
         Raises:
             NonFiniteError: a loss or gradient is NaN/Inf (before that optimizer step).
         """
         cfg, b = self.cfg, self._filled * self.cfg.group_size
-        if b == 0:
+        size = max(-(-b // cfg.num_minibatches), 1)
+        # a data-parallel run: every rank takes the gradient steps of the rank with the most
+        # minibatches (all-reduced gradients); a rank with fewer adds zero gradients
+        steps = distributed.largest(-(-b // size))
+        if steps == 0:
             return self._end_batch()
         batch = {k: v[:b] for k, v in self._batch.items()}
-        size = -(-b // cfg.num_minibatches)
+        params = list(self.policy.parameters())
         rows: list[torch.Tensor] = []
         keys: tuple[str, ...] = ()
         for epoch in range(cfg.num_epochs):
             perm = torch.randperm(b, generator=self.generator, device=self.device)
-            for i, idx in enumerate(perm.split(size)):
+            chunks = list(perm.split(size)) if b else []
+            for i in range(len(chunks), steps):
+                zero = torch.stack([p.sum() for p in params]).sum() * 0.0
+                self.step(zero, f"epoch {epoch}, minibatch {i} (none on this rank)")
+            for i, idx in enumerate(chunks):
                 old = batch["log_prob"][idx]
                 # only the valid steps are evaluated (an episode that ends early leaves most of
                 # its round invalid), then spread back to [b, T, L] and flattened per token
@@ -446,8 +455,9 @@ class GRPO:
         if self.update_normalizer:
             self.policy.normalizer.update(batch["obs/policy"][batch["valid"]])
         with torch.no_grad():
-            finite = torch.stack([torch.isfinite(p).all() for p in self.policy.parameters()])
-            *means, ok = torch.cat([torch.stack(rows).mean(0), finite.all()[None]]).tolist()
+            finite = torch.stack([torch.isfinite(p).all() for p in params]).all()[None]
+            mean = torch.stack(rows).mean(0) if rows else finite[:0].float()
+            *means, ok = torch.cat([mean, finite]).tolist()
         if not ok:
             raise NonFiniteError("GRPO parameters became NaN/Inf during the update")
         return {**dict(zip(keys, means, strict=True)), **self._end_batch()}

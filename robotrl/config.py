@@ -256,10 +256,6 @@ def validate(cfg: TrainConfig) -> None:
             raise ValueError(
                 f"distributed=true needs the processes torchrun starts ({', '.join(missing)} "
                 "unset): torchrun --nproc-per-node N -m robotrl.cli.main train distributed=true ...")
-    if cfg.distributed and algorithm(algo_name(cfg.algo)).runner == "group":
-        raise ValueError("distributed=true is not available for algo=grpo yet (its rounds end "
-                         "when every episode has, at a different step on each rank); PPO, TRPO, "
-                         "SAC, CRL and the offline algorithms train data-parallel")
     if algorithm(algo_name(cfg.algo)).runner == "group" and cfg.randomization.enabled():
         raise ValueError("algo=grpo compares G rollouts from one state in identical worlds; "
                          "domain randomization would make them differ: use randomization=none")

@@ -8,9 +8,12 @@ distributed run equals a plain run; rank r: ``derive_seed(seed, "rank-r")``), an
 gradients with the others after every backward (``algos.optim.GRADIENT_HOOKS``: one all-reduce
 of all gradients, flattened). What must agree beyond gradients is averaged where it is computed
 (``mean``): observation normalizer statistics, PPO's KL for the adaptive learning rate,
-TRPO's gradient, Fisher-vector products and line-search values. Rank 0 logs, shows progress,
-evaluates and writes ``last.pt``/``best.pt``; rank r writes ``last.rank<r>.pt`` (its worlds,
-replay and RNG), so resume restores every rank exactly. NCCL on GPUs, gloo on CPU.
+TRPO's gradient, Fisher-vector products and line-search values. GRPO's ranks draw their own
+rounds from the run's shared train states and take as many gradient steps as the rank with the
+most minibatches (a rank whose batch is shorter adds zero gradients for the steps it lacks).
+Rank 0 logs, shows progress, evaluates and writes ``last.pt``/``best.pt``; rank r writes
+``last.rank<r>.pt`` (its worlds, replay and RNG), so resume restores every rank exactly. NCCL on
+GPUs, gloo on CPU.
 
 Outside a distributed run every function here is a no-op.
 """
@@ -127,6 +130,15 @@ def total(x: torch.Tensor) -> torch.Tensor:
     out = x.detach().clone()
     dist.all_reduce(out, op=dist.ReduceOp.SUM)
     return out
+
+
+def largest(value: int) -> int:
+    """The largest of every rank's ``value`` (``value`` itself outside a distributed run)."""
+    if not active():
+        return int(value)
+    t = torch.tensor([float(value)], device=_collective_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
 
 
 def any_rank(*flags: bool) -> tuple[bool, ...]:

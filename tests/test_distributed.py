@@ -51,17 +51,21 @@ PER_RANK = ("/generator", "/discounted_return")
 def _per_rank(key: str) -> bool:
     return key.endswith(PER_RANK) or key.startswith("/replay/")
 
-ALGOS = {  # (overrides, total_steps)
-    "ppo": (("env=inverted_pendulum", "num_envs=8", "algo.num_steps=32"), 2048),
+ALGOS = {  # (overrides, total_steps, global_step at the end)
+    "ppo": (("env=inverted_pendulum", "num_envs=8", "algo.num_steps=32"), 2048, 2048),
     "sac": (("algo=sac", "env=inverted_pendulum", "num_envs=4", "algo.num_steps=8",
              "algo.learning_starts=128", "algo.batch_size=64", "algo.actor_hidden=[32]",
-             "algo.critic_hidden=[32]"), 1024),
+             "algo.critic_hidden=[32]"), 1024, 1024),
+    # 2 ranks x 8 worlds x 50-step reacher episodes: 800 steps a round, 2 rounds
+    "grpo": (("algo=grpo", "env=reacher", "num_envs=8", "algo.group_size=4",
+              "algo.train_states=16", "algo.test_states=8", "algo.actor_hidden=[32,32]",
+              "algo.num_epochs=2", "algo.num_minibatches=2"), 1200, 1600),
 }
 
 
 @pytest.mark.parametrize("algo", sorted(ALGOS))
 def test_ranks_keep_identical_learners_on_different_worlds(tmp_path: Path, algo: str) -> None:
-    overrides, steps = ALGOS[algo]
+    overrides, steps, counted = ALGOS[algo]
     _torchrun(2, *overrides, f"total_steps={steps}", f"run_dir={tmp_path}", "eval_episodes=2")
     main = _load(tmp_path / "checkpoints" / "last.pt")
     other = _load(rank_path(tmp_path / "checkpoints" / "last.pt", Rank(1, 2)))
@@ -73,7 +77,9 @@ def test_ranks_keep_identical_learners_on_different_worlds(tmp_path: Path, algo:
     assert not different, different  # parameters, optimizer moments, normalizer statistics
     # ...trained on different worlds: the ranks' observations are not the same
     assert not torch.equal(main["obs"]["policy"], other["obs"]["policy"])
-    assert main["global_step"] == other["global_step"] == steps  # counted over both ranks
+    assert main["global_step"] == other["global_step"] == counted  # counted over both ranks
+    if algo == "grpo":  # the ranks drew their rounds with their own streams
+        assert not torch.equal(main["group_generator"], other["group_generator"])
     assert (tmp_path / "checkpoints" / "best.pt").exists()  # rank 0 evaluated
     assert not list(tmp_path.glob("checkpoints/best.rank*"))  # the others did not
 

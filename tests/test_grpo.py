@@ -144,6 +144,31 @@ def test_draws_are_bounded_and_an_empty_batch_skips_the_update() -> None:
     assert plain.update()["train/groups"] == 2
 
 
+def test_a_rank_with_a_short_batch_takes_the_agreed_steps(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """Data-parallel: every rank takes the gradient steps of the rank with the most
+    minibatches (``distributed.largest``); a rank whose batch is empty or short adds zero
+    gradients for the steps it lacks, which leave a fresh Adam's parameters where they were."""
+    from robotrl import distributed
+
+    cfg = GRPOConfig(group_size=3, max_draws=1, num_epochs=2, num_minibatches=2,
+                     actor_hidden=(8,))
+    alg = GRPO(3, -torch.ones(1), torch.ones(1), 6, 2, cfg, seed=0)
+    monkeypatch.setattr(distributed, "largest", lambda n: 3)  # another rank has 3 minibatches
+    before = [p.clone() for p in alg.policy.parameters()]
+    assert _round(alg, 0.0, [1, 1, 1, 0, 0, 0])  # nothing informative on this rank
+    assert alg.update()["train/groups"] == 0
+    steps = {int(s["step"]) for s in alg.optimizer.state.values()}
+    assert steps == {2 * 3}  # 2 epochs x 3 agreed steps, all of them zero gradients
+    assert all(torch.equal(a, b) for a, b in zip(before, alg.policy.parameters(), strict=True))
+    assert _round(alg, 0.0, [1, 2, 3, 0, 0, 0])  # one group: one minibatch of its own per epoch
+    metrics = alg.update()
+    assert metrics["train/groups"] == 1 and "loss/policy" in metrics
+    assert {int(s["step"]) for s in alg.optimizer.state.values()} == {6 + 2 * 3}
+    assert not all(torch.equal(a, b) for a, b in zip(before, alg.policy.parameters(),
+                                                    strict=True))
+
+
 def test_steps_after_an_episode_ends_are_masked() -> None:
     alg = GRPO(3, -torch.ones(1), torch.ones(1), 4, 5,
                GRPOConfig(group_size=2, dynamic_sampling=False, actor_hidden=(8,)), seed=0)

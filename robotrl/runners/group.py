@@ -15,7 +15,9 @@ instructions) get a third set, ``heldout``, drawn once with those options (strea
 ``group-heldout-states``) and reported as ``eval/heldout/*``: a snapshot carries the
 instruction, so the training worlds run it. The policy is evaluated once before the first
 update too (step 0: the starting point of a fine-tuning run).
-``global_step`` counts every simulated step (all worlds, until the round's last episode ends).
+``global_step`` counts every simulated step (all worlds, until the round's last episode ends;
+every rank's in a data-parallel run, where each rank draws its rounds from the shared train
+states with its own stream and only rank 0 evaluates).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 import torch
 
+from robotrl import distributed
 from robotrl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from robotrl.envs.base import BatchedEnv, Obs, StepOut, obs_to
 from robotrl.runners.base import Runner, RunnerSettings
@@ -154,9 +157,13 @@ class GroupRunner(Runner):
         self.horizon: int = alg.horizon
         self.states = self._initial_states(Path(settings.run_dir) / STATES_FILE)
         """``{"train": [K, S], "test": [K', S]}`` float64 simulator states."""
-        self.generator = torch.Generator().manual_seed(derive_seed(settings.seed, "group-draws"))
+        seed = settings.seed  # rank r of a data-parallel run: as a run seeded with its stream
+        if not self.rank.main:
+            seed = derive_seed(seed, f"rank-{self.rank.rank}")
+        self.generator = torch.Generator().manual_seed(derive_seed(seed, "group-draws"))
         """Draws each round's initial states from the train set (saved in checkpoints)."""
-        self.evaluator = GroupEvaluator(self.env, self.states, device, cfg.outcome)
+        self.evaluator = (GroupEvaluator(self.env, self.states, device, cfg.outcome)
+                          if self.rank.main else None)
 
     def _initial_states(self, path: Path) -> dict[str, torch.Tensor]:
         """The run's train and test (and heldout) states: read from ``path`` (a resumed or
@@ -185,7 +192,12 @@ class GroupRunner(Runner):
         if self.make_heldout_env is not None:
             states["heldout"] = draw_initial_states(self.make_heldout_env(), cfg.test_states,
                                                     derive_seed(seed, "group-heldout-states"))
-        save_checkpoint(path, {**states, "task": task, "seed": seed})
+        if distributed.active():  # every rank drew them from the same seeds: check they agree
+            check = torch.stack([states[k].sum() for k in sorted(states)])
+            if not torch.allclose(distributed.mean(check), check, rtol=1e-12, atol=0.0):
+                raise RuntimeError("the ranks drew different initial states from the same seeds")
+        if self.rank.main:
+            save_checkpoint(path, {**states, "task": task, "seed": seed})
         return states
 
     def _extra_state(self) -> dict[str, Any]:
@@ -225,7 +237,7 @@ class GroupRunner(Runner):
         t1 = time.perf_counter()
         metrics = self.alg.update(progress=self.global_step / self.settings.total_steps)
         t2 = time.perf_counter()
-        steps = sum(int(r["steps"]) for r in rounds)
+        steps = int(distributed.total(torch.stack([r["steps"] for r in rounds]).sum()))
         self.iteration += 1
         self.global_step += steps
         ret = torch.cat([r["return"] for r in rounds])
