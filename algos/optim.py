@@ -110,14 +110,15 @@ class GradientStep:
         return grad_norm
 
 
-def adam(params: Iterable[torch.Tensor], lr: float) -> torch.optim.Adam:
+def adam(params: Iterable[torch.Tensor], lr: float,
+         betas: tuple[float, float] = (0.9, 0.999)) -> torch.optim.Adam:
     """Adam with the fused kernel (one kernel for the whole step; CPU support since torch 2.4),
     foreach where fused is not available."""
     params = list(params)
     try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return torch.optim.Adam(params, lr=lr, betas=betas, fused=True)
     except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=lr, foreach=True)
+        return torch.optim.Adam(params, lr=lr, betas=betas, foreach=True)
 
 
 def summarize_updates(rows: torch.Tensor, keys: Sequence[str], algo: str, loss: str,

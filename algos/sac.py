@@ -229,20 +229,19 @@ class SAC:
         if missing:
             raise ValueError(f"critic_obs names {missing} but no width was given for them")
         state_dim = obs_dim + sum(dims[g] for g in self.extra_groups)
-        self.actor = SquashedGaussianActor(obs_dim, act_dim, cfg.actor_hidden, cfg.activation).to(dev)
-        self.critic = EnsembleQ(state_dim, act_dim, cfg.critic_hidden, cfg.num_critics,
-                                cfg.activation).to(dev)  # fmt: skip
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor, self.critic = (m.to(dev) for m in self._networks(state_dim, act_dim))
+        self.critic_target = (copy.deepcopy(self.critic).requires_grad_(False)
+                              if self.target_critics else None)
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=dev, requires_grad=True)
         self.target_entropy = (
             -float(act_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
         )
-        self.actor_opt = adam(self.actor.parameters(), cfg.actor_lr)
-        self.critic_opt = adam(self.critic.parameters(), cfg.critic_lr)
-        self.alpha_opt = adam([self.log_alpha], cfg.alpha_lr)
-        self.critic_step = GradientStep("SAC", "critic", self.critic_opt)
-        self.actor_step = GradientStep("SAC", "actor", self.actor_opt)
-        self.alpha_step = GradientStep("SAC", "alpha", self.alpha_opt)
+        self.actor_opt = adam(self.actor.parameters(), cfg.actor_lr, self.betas)
+        self.critic_opt = adam(self.critic.parameters(), cfg.critic_lr, self.betas)
+        self.alpha_opt = adam([self.log_alpha], cfg.alpha_lr, self.betas)
+        self.critic_step = GradientStep(self.name, "critic", self.critic_opt)
+        self.actor_step = GradientStep(self.name, "actor", self.actor_opt)
+        self.alpha_step = GradientStep(self.name, "alpha", self.alpha_opt)
         self.buffer = ReplayBuffer(cfg.buffer_size, state_dim, act_dim, dev)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
@@ -255,6 +254,19 @@ class SAC:
         self.owed_updates = 0.0
         """Updates earned by stored transitions (utd_ratio each) but not yet done."""
         self._pending: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    name = "SAC"
+    """The algorithm's name in errors."""
+    target_critics = True
+    """Polyak-averaged target critics give the TD targets (CrossQ has none)."""
+    betas = (0.9, 0.999)
+    """Adam's betas for every optimizer."""
+
+    def _networks(self, state_dim: int, act_dim: int) -> tuple[SquashedGaussianActor, EnsembleQ]:
+        """(actor, critic ensemble) for replay rows of ``state_dim`` and ``act_dim`` actions."""
+        cfg = self.cfg
+        return (SquashedGaussianActor(self.obs_dim, act_dim, cfg.actor_hidden, cfg.activation),
+                EnsembleQ(state_dim, act_dim, cfg.critic_hidden, cfg.num_critics, cfg.activation))
 
     @classmethod
     def build(cls, spec: EnvSpec, cfg: Any, ctx: BuildContext) -> SAC:
@@ -310,8 +322,8 @@ class SAC:
     def export_actor(self) -> DeterministicActor:
         """Frozen copy of ``act_deterministic`` for sim2real export: mean head, tanh, bounds."""
         network = nn.Sequential(self.actor.net, FirstColumns(self.actor.act_dim))
-        return DeterministicActor(network, self.actor.net[0].in_features, self.action_low,
-                                  self.action_high, "tanh")
+        return DeterministicActor(network, self.obs_dim, self.action_low, self.action_high,
+                                  "tanh")
 
     @torch.no_grad()
     def process_env_step(
@@ -347,35 +359,50 @@ class SAC:
         cfg = self.cfg
         batch = self.buffer.sample(cfg.batch_size, self.generator)
         alpha = self.log_alpha.detach().exp()
+        metrics = self._critic_update(batch, alpha)
+        self.num_updates += 1
+        if self.num_updates % cfg.actor_update_interval == 0:
+            metrics.update(self._actor_update(batch, alpha))
+        if self.critic_target is not None:
+            with torch.no_grad():
+                target_params = list(self.critic_target.parameters())
+                torch._foreach_lerp_(target_params, list(self.critic.parameters()), cfg.tau)
+        metrics["train/alpha"] = alpha
+        nan = torch.full((), math.nan, device=self.device)
+        return torch.stack([metrics.get(key, nan) for key in METRIC_KEYS])
+
+    def _critic_update(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor
+                       ) -> dict[str, torch.Tensor]:
+        """One step of the critics on ``batch`` towards the target critics' soft TD target."""
         with torch.no_grad():
             next_action, next_log_prob = self.actor.sample(self._actor_input(batch["next_obs"]),
                                                            self.generator)
             next_q = self.critic_target(batch["next_obs"], next_action)
             target = soft_td_target(batch["reward"], batch["terminated"], next_q, next_log_prob,
-                                    alpha, cfg.gamma)
+                                    alpha, self.cfg.gamma)
         q = self.critic(batch["obs"], batch["action"])
+        return self._critic_step(q, target)
+
+    def _critic_step(self, q: torch.Tensor, target: torch.Tensor) -> dict[str, torch.Tensor]:
         c_loss, metrics = critic_loss(q, target)
         # no host sync per update: update() checks the critic columns once per call
         metrics[self.critic_step.metric] = self.critic_step(c_loss, check=False)
-        self.num_updates += 1
-        if self.num_updates % cfg.actor_update_interval == 0:
-            # frozen critic: the actor's backward pass skips the critics' weight gradients
-            self.critic.requires_grad_(False)
-            action, log_prob = self.actor.sample(self._actor_input(batch["obs"]), self.generator)
-            a_loss, a_metrics = actor_loss(log_prob, self.critic(batch["obs"], action), alpha)
-            a_metrics[self.actor_step.metric] = self.actor_step(a_loss, check=False)
-            self.critic.requires_grad_(True)
-            metrics.update(a_metrics)
-            if cfg.autotune_alpha:
-                t_loss, t_metrics = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
-                t_metrics[self.alpha_step.metric] = self.alpha_step(t_loss, check=False)
-                metrics.update(t_metrics)
-        with torch.no_grad():
-            target_params = list(self.critic_target.parameters())
-            torch._foreach_lerp_(target_params, list(self.critic.parameters()), cfg.tau)
-        metrics["train/alpha"] = alpha
-        nan = torch.full((), math.nan, device=self.device)
-        return torch.stack([metrics.get(key, nan) for key in METRIC_KEYS])
+        return metrics
+
+    def _actor_update(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor
+                      ) -> dict[str, torch.Tensor]:
+        """One step of the actor (and the temperature) on ``batch``'s states."""
+        # frozen critic: the actor's backward pass skips the critics' weight gradients
+        self.critic.requires_grad_(False)
+        action, log_prob = self.actor.sample(self._actor_input(batch["obs"]), self.generator)
+        a_loss, metrics = actor_loss(log_prob, self.critic(batch["obs"], action), alpha)
+        metrics[self.actor_step.metric] = self.actor_step(a_loss, check=False)
+        self.critic.requires_grad_(True)
+        if self.cfg.autotune_alpha:
+            t_loss, t_metrics = temperature_loss(self.log_alpha, log_prob, self.target_entropy)
+            t_metrics[self.alpha_step.metric] = self.alpha_step(t_loss, check=False)
+            metrics.update(t_metrics)
+        return metrics
 
     def update(self, progress: float = 0.0) -> dict[str, float]:
         """Do the updates earned since the last call (``utd_ratio`` per stored transition).
@@ -390,7 +417,7 @@ class SAC:
         """
         if int(self.owed_updates) == 0 or len(self.buffer) < self.cfg.batch_size:
             return {}
-        return run_owed_updates(self, self._update_once, METRIC_KEYS, "SAC")
+        return run_owed_updates(self, self._update_once, METRIC_KEYS, self.name)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -398,7 +425,6 @@ class SAC:
         state = {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
             "log_alpha": self.log_alpha.detach().clone(),
             "actor_opt": self.actor_opt.state_dict(),
             "critic_opt": self.critic_opt.state_dict(),
@@ -406,6 +432,8 @@ class SAC:
             "generator": self.generator.get_state(),
             "counters": (self.transitions, self.num_updates, self.owed_updates),
         }
+        if self.critic_target is not None:
+            state["critic_target"] = self.critic_target.state_dict()
         if self.cfg.save_replay:
             state["replay"] = self.buffer.state_dict()
         return state
@@ -415,7 +443,8 @@ class SAC:
         run is then no longer an exact continuation)."""
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
+        if self.critic_target is not None:
+            self.critic_target.load_state_dict(state["critic_target"])
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
         self.actor_opt.load_state_dict(state["actor_opt"])

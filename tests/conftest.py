@@ -25,6 +25,8 @@ SMALL_ALGOS: dict[str, dict[str, Any]] = {
     "sac": {"num_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
             "batch_size": 128, "learning_starts": 500, "actor_lr": 3e-3, "critic_lr": 3e-3,
             "alpha_lr": 1e-3, "init_alpha": 0.05, "tau": 0.05},
+    "crossq": {"num_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [128, 128],
+               "batch_size": 128, "learning_starts": 500, "init_alpha": 0.05},
 }
 """Per-algorithm settings of the fast InvertedPendulum runs."""
 

@@ -40,6 +40,10 @@ def _learning_metrics(history: list[dict[str, float]]) -> list[dict[str, float]]
     # SAC: updates from the second iteration on, a delayed actor, the replay in the checkpoint
     ("sac", "loss/critic", {"learning_starts": 64, "batch_size": 16, "actor_hidden": [16],
                             "critic_hidden": [16], "actor_update_interval": 2}),
+    # CrossQ: running statistics of every Batch Renormalization layer resume too (the
+    # renormalization corrections start after 100 critic forwards)
+    ("crossq", "loss/critic", {"learning_starts": 64, "batch_size": 16, "actor_hidden": [16],
+                               "critic_hidden": [16], "renorm_warmup": 100}),
 ])
 def test_resume_equals_uninterrupted(tmp_path: Path, make_config: MakeConfig,
                                      algo: str, key: str, over: dict[str, Any]) -> None:

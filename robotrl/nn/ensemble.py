@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
+from robotrl.nn.batch_renorm import BatchRenorm
 from robotrl.nn.mlp import make_activation
 
 
@@ -68,6 +70,8 @@ class EnsembleQ(nn.Module):
         activation: a key of ``robotrl.nn.mlp.ACTIVATIONS``.
         layer_norm: LayerNorm after every hidden activation (ReBRAC's critic, Tarasov et al.
             2023: Dense, ReLU, LayerNorm).
+        batch_renorm: arguments of ``BatchRenorm`` placed before every linear layer, the
+            input's included (CrossQ's critic, Bhatt et al. 2024); None: none.
     """
 
     def __init__(
@@ -78,18 +82,25 @@ class EnsembleQ(nn.Module):
         num_members: int = 2,
         activation: str = "relu",
         layer_norm: bool = False,
+        batch_renorm: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if num_members < 1:
             raise ValueError(f"an ensemble needs >= 1 member, got {num_members}")
+
+        def linear(width: int, size: int) -> list[nn.Module]:
+            norm = ([] if batch_renorm is None else
+                    [BatchRenorm(width, num_members, **batch_renorm)])
+            return [*norm, EnsembleLinear(num_members, width, size)]
+
         layers: list[nn.Module] = []
         width = obs_dim + act_dim
         for size in hidden:
-            layers += [EnsembleLinear(num_members, width, size), make_activation(activation)]
+            layers += [*linear(width, size), make_activation(activation)]
             if layer_norm:
                 layers.append(EnsembleLayerNorm(num_members, size))
             width = size
-        layers.append(EnsembleLinear(num_members, width, 1))
+        layers += linear(width, 1)
         self.net = nn.Sequential(*layers)
         self.num_members = num_members
 
