@@ -40,8 +40,9 @@ class CrossQConfig(SACConfig):
     with the paper's defaults, plus the Batch Renormalization settings.
 
     Defaults follow the paper and sb3-contrib where they agree (lr 1e-3, actor every 3rd
-    update, beta1 0.5, momentum 0.01, eps 1e-3); the critic width is 512 where the paper uses
-    2048 and sb3-contrib 1024, for updates per second on a CPU (benchmarks/README.md).
+    update, beta1 0.5, momentum 0.01, eps 1e-3); the critics are 256 wide where the paper uses
+    2048 and sb3-contrib 1024: on a 2-core CPU a 512-wide critic halves the updates per second
+    (benchmarks/README.md); on a GPU, widen them (``algo.critic_hidden=[1024,1024]``).
     """
 
     actor_lr: float = 1e-3
@@ -49,7 +50,7 @@ class CrossQConfig(SACConfig):
     alpha_lr: float = 1e-3
     actor_update_interval: int = 3
     learning_starts: int = 5_000
-    critic_hidden: tuple[int, ...] = (512, 512)
+    critic_hidden: tuple[int, ...] = (256, 256)
     adam_beta1: float = 0.5
     """Adam's first-moment rate for every optimizer (the paper's 0.5; Adam's default 0.9)."""
     renorm_momentum: float = 0.01

@@ -1,24 +1,18 @@
 """CrossQ: Batch Renormalization against hand-worked numbers and torch's BatchNorm, the joint
-(s, a) / (s', a') critic batch, no target critics, modes, export, bad config, learning."""
+(s, a) / (s', a') critic batch, no target critics, modes, export, bad config (its learning
+run is in tests/test_sac.py, beside SAC's)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from robotrl.algos.crossq import CrossQ, CrossQConfig
-from robotrl.cli.build import build_runner
-from robotrl.config import TrainConfig
 from robotrl.nn.batch_renorm import BatchRenorm, training
 from robotrl.nn.ensemble import EnsembleQ
-from robotrl.seeding import seed_everything
-
-MakeConfig = Callable[..., TrainConfig]
 
 
 # ------------------------------------------------------------------ Batch Renormalization
@@ -165,12 +159,3 @@ def test_ensemble_q_with_batch_renorm_layout() -> None:
     norms = [m for m in q.net if isinstance(m, BatchRenorm)]
     assert [m.num_features for m in norms] == [5, 8, 8]  # before every linear layer
     assert q(torch.randn(4, 3), torch.randn(4, 2)).shape == (2, 4)
-
-
-@pytest.mark.slow  # a learning run: it must reach a threshold
-def test_crossq_learns_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
-    torch.set_num_threads(1)
-    cfg = make_config(tmp_path, "crossq", total_steps=6000, eval_interval=0, eval_episodes=5)
-    seed_everything(0)
-    result = build_runner(cfg).train()
-    assert result is not None and result["return_mean"] >= 950, result

@@ -1,5 +1,5 @@
 """SAC: squashed log-probability, pure losses with hand-worked numbers, fused critics,
-learning on InvertedPendulum, exact resume, bad config."""
+learning on InvertedPendulum (SAC and CrossQ), exact resume, bad config."""
 
 from __future__ import annotations
 
@@ -197,9 +197,11 @@ def test_bad_config_names_field() -> None:
 
 
 @pytest.mark.slow  # a learning run: it must reach a threshold
-def test_sac_learns_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
+@pytest.mark.parametrize(("algo", "steps"), [("sac", 4000), ("crossq", 6000)])
+def test_learns_inverted_pendulum(tmp_path: Path, make_config: MakeConfig, algo: str,
+                                  steps: int) -> None:
     torch.set_num_threads(1)
-    cfg = make_config(tmp_path, "sac", total_steps=4000, eval_interval=0, eval_episodes=5)
+    cfg = make_config(tmp_path, algo, total_steps=steps, eval_interval=0, eval_episodes=5)
     seed_everything(0)
     result = build_runner(cfg).train()
     assert result is not None and result["return_mean"] >= 950, result

@@ -1,0 +1,168 @@
+"""Off-policy learning against the wall clock (issue 19): ours (SAC, CrossQ) next to
+Stable-Baselines3's SAC and sb3-contrib's CrossQ, each for the same minutes of training on
+this machine, one after the other in one process.
+
+    python benchmarks/offpolicy_wallclock.py --task halfcheetah --minutes 10
+    python benchmarks/offpolicy_wallclock.py --task hopper --minutes 10 --contestants crossq sb3_crossq
+    python benchmarks/plot_curves.py ...   # or read the JSON: every evaluation of every run
+
+Ours run from the Hydra configs (``robotrl train algo=<name> env=<task>``, tuned files
+included) through ``common.ours_wallclock``; the peers with their published defaults (SB3 SAC
+with rl-zoo's HalfCheetah warm-up of 10k random steps; sb3-contrib CrossQ with its defaults and
+a 5k warm-up, our CrossQ's), one Gymnasium ``*-v5`` env each. Every contestant is evaluated
+deterministically every ``--eval-every`` seconds of *training* time (evaluations are not
+charged), on 10 fresh episodes seeded alike. torch uses ``--torch-threads`` threads for all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: no spin-wait stalls
+
+import torch
+from common import (
+    TimedEvals,
+    banner,
+    check,
+    fresh_dir,
+    machine_meta,
+    ours_wallclock,
+    print_checks,
+    sb3_eval,
+    sb3_policy,
+    write_json,
+)
+from rich.console import Console
+from rich.table import Table
+
+from robotrl.envs.registry import task_class
+
+OURS = {"sac": ["algo=sac"], "crossq": ["algo=crossq"]}
+"""Our contestants: name -> ``robotrl train`` overrides."""
+PEERS = ("sb3_sac", "sb3_crossq")
+TARGETS = {"halfcheetah": ((10, 5000.0), (30, 8000.0))}
+"""Issue 19's targets: (minutes, return) for the best off-policy default."""
+
+
+def _sb3_model(name: str, task: str, seed: int) -> Any:
+    import gymnasium as gym
+
+    env = gym.make(task_class(task).gym_id)
+    if name == "sb3_sac":
+        from stable_baselines3 import SAC
+
+        return SAC("MlpPolicy", env, learning_starts=10_000, seed=seed, device="cpu", verbose=0)
+    from sb3_contrib import CrossQ
+
+    return CrossQ("MlpPolicy", env, learning_starts=5_000, seed=seed, device="cpu", verbose=0)
+
+
+def sb3_wallclock(name: str, args: argparse.Namespace, console: Console) -> dict[str, Any]:
+    """A Stable-Baselines3 contestant for ``args.minutes`` of training, evaluated on the
+    training clock like ours."""
+    from stable_baselines3.common.callbacks import BaseCallback
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir = fresh_dir(Path(args.out) / f"{name}_{args.task}_{args.minutes:g}min", console)
+    model = _sb3_model(name, args.task, args.seed)
+    evaluate = sb3_eval(args.task, args.eval_episodes, args.seed)
+    evals = TimedEvals(lambda: evaluate(sb3_policy(model, None)),
+                       SummaryWriter(str(run_dir), filename_suffix=".evals"), args.eval_every,
+                       60 * args.minutes)
+
+    class Clock(BaseCallback):
+        def _on_step(self) -> bool:
+            if evals.due():
+                evals.evaluate(self.num_timesteps)
+            return not evals.out_of_time()
+
+    console.print(f"[dim]{args.task}: {name}, {args.minutes:g} min ...[/]")
+    evals.begin()
+    model.learn(total_timesteps=10**9, callback=Clock())
+    seconds = evals.finish(model.num_timesteps)
+    return {"label": name, "budget_min": args.minutes, "run_dir": str(run_dir),
+            "train_seconds": seconds, "eval_seconds": evals.eval_s, "steps": model.num_timesteps,
+            "updates": int(model._n_updates), "final": evals.curve[-1], "curve": evals.curve}
+
+
+def best_within(curve: list[dict[str, float]], minutes: float) -> float:
+    """The best evaluation return at or before ``minutes`` of training."""
+    return max(p["return"] for p in curve if p["seconds"] <= 60 * minutes + 1)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="halfcheetah", help="registry name (default: halfcheetah)")
+    p.add_argument("--minutes", type=float, default=10.0, help="training minutes of each")
+    p.add_argument("--contestants", nargs="+", default=[*OURS, *PEERS],
+                   choices=[*OURS, *PEERS])
+    p.add_argument("--overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="extra `robotrl train` overrides for ours")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--eval-every", type=float, default=60.0,
+                   help="seconds of training between evaluations")
+    p.add_argument("--torch-threads", type=int, default=2)
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    p.add_argument("--json", metavar="FILE", help="write every figure to FILE")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.torch_threads)
+    console = Console(width=max(Console().width, 100))
+    console.print(banner(f"off-policy wall clock: {args.task}", f"{args.minutes:g} min each, "
+                         f"seed {args.seed}, {args.torch_threads} torch threads", sb3=True))
+    runs: dict[str, dict[str, Any]] = {}
+    for name in args.contestants:
+        t0 = time.perf_counter()
+        if name in OURS:
+            extra = [*OURS[name], f"torch_threads={args.torch_threads}", *args.overrides]
+            runs[name] = ours_wallclock(args.task, args.minutes,
+                                        f"{name}_{args.task}_{args.minutes:g}min", extra, args,
+                                        console)
+        else:
+            runs[name] = sb3_wallclock(name, args, console)
+        runs[name]["wall_s"] = time.perf_counter() - t0
+    marks = sorted({m for m in (1, 2, 5, 10, 20, 30) if m <= args.minutes + 1e-9})
+    table = Table(title=f"{args.task}: best deterministic evaluation within the minutes of "
+                        "training (env steps at the end)")
+    table.add_column("contestant")
+    for m in marks:
+        table.add_column(f"{m} min", justify="right")
+    table.add_column("env steps", justify="right")
+    for name, run in runs.items():
+        table.add_row(name, *(f"{best_within(run['curve'], m):.0f}" for m in marks),
+                      f"{run['steps']:,}")
+    console.print(table)
+    checks = []
+    for minutes, target in TARGETS.get(args.task, ()):
+        if args.minutes + 1e-9 < minutes:
+            continue
+        ours = {n: best_within(runs[n]["curve"], minutes) for n in runs if n in OURS}
+        if ours:
+            best = max(ours, key=ours.get)
+            checks.append(check(f"{args.task}: best of ours ({best}) >= {target:g} within "
+                                f"{minutes} min", ours[best], ours[best] >= target))
+    for name in runs:
+        if name in OURS:
+            for peer in (p for p in runs if p in PEERS):
+                gap = best_within(runs[name]["curve"], args.minutes) - best_within(
+                    runs[peer]["curve"], args.minutes)
+                checks.append(check(f"{name} >= {peer} within {args.minutes:g} min",
+                                    round(gap, 1), gap >= 0))
+    print_checks(console, checks, lambda c: f" ({c['value']})")
+    if args.json:
+        write_json(args.json, {"meta": machine_meta(sb3=True), "args": vars(args), "runs": runs,
+                               "checks": checks}, console)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
