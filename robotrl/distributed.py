@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from robotrl.seeding import derive_seed
+
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -41,6 +43,11 @@ class Rank:
     def main(self) -> bool:
         """Rank 0: logs, evaluates and writes the run's checkpoints."""
         return self.rank == 0
+
+    def seed(self, run_seed: int) -> int:
+        """This rank's seed: ``run_seed`` on rank 0 (a one-process run), the ``rank-r`` stream
+        of it on rank r; a rank's worlds and its other streams derive from it as a run's do."""
+        return run_seed if self.main else derive_seed(run_seed, f"rank-{self.rank}")
 
 
 _RANK = Rank()

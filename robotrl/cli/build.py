@@ -130,9 +130,7 @@ def build_runner(cfg: TrainConfig) -> Runner:
             source.check_spec(spec.obs_dim, spec.action_dim, cfg.env.task)
         alg = build_algo(cfg, spec)
     else:  # each rank of a data-parallel run its own worlds (rank 0: the run seed)
-        rank = distributed.current()
-        seed = cfg.seed if rank.main else derive_seed(cfg.seed, f"rank-{rank.rank}")
-        source = build_env(cfg, cfg.num_envs, seed)
+        source = build_env(cfg, cfg.num_envs, distributed.current().seed(cfg.seed))
         alg = build_algo(cfg, source.spec)
     if cfg.init and not cfg.resume:  # a resumed run's checkpoint has the weights already
         init_from(alg, cfg, source.spec if runner_cls.learns_from == "env" else spec)

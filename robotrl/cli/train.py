@@ -234,12 +234,12 @@ def _train(cfg: TrainConfig, rank: Rank) -> dict[str, float] | None:
     from robotrl import distributed
     from robotrl.cli.build import build_runner
     from robotrl.logging import console
-    from robotrl.seeding import derive_seed, seed_everything
+    from robotrl.seeding import seed_everything
 
     seed_everything(cfg.seed)  # every rank: the same initial parameters
     runner = build_runner(cfg)
     if not rank.main:  # then rank r's own stream, as a run seeded with it (its worlds too)
-        seed_everything(derive_seed(cfg.seed, f"rank-{rank.rank}"))
+        seed_everything(rank.seed(cfg.seed))
         generator = getattr(runner.alg, "generator", None)
         if isinstance(generator, torch.Generator):  # drawn from the global RNG, as at build
             generator.manual_seed(int(torch.randint(2**31 - 1, ())))

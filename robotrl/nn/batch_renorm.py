@@ -3,14 +3,15 @@ Dependence in Batch-Normalized Models"), the normalization CrossQ's critics and 
 
 In training mode a layer normalizes with the minibatch's statistics (biased variance) and
 moves its running statistics towards them (``running += momentum (batch - running)``, with the
-unbiased variance, as ``torch.nn.BatchNorm1d``); after ``warmup_steps`` training forwards it corrects the batch
-statistics towards the running ones (``r``, ``d``, held within ``rmax``/``dmax`` and not
-differentiated), so training sees what evaluation will. In evaluation mode it normalizes with
-the running statistics alone (what acting, targets and exported controllers use).
+unbiased variance, as ``torch.nn.BatchNorm1d``); after ``warmup_steps`` training forwards it
+corrects the batch statistics towards the running ones (``r``, ``d``, held within
+``rmax``/``dmax`` and not differentiated), so training sees what evaluation will. In evaluation
+mode it normalizes with the running statistics alone (what acting, targets and exported
+controllers use).
 
 For ensembles (``members``) the input is [E, B, H] (or one [B, H] for every member) and every
-member keeps its own statistics and affine parameters; otherwise [B, H]. Statistics are computed in float32 whatever the input
-dtype (bf16 autocast).
+member keeps its own statistics and affine parameters; otherwise [B, H]. Statistics are
+computed in float32 whatever the input dtype (bf16 autocast).
 """
 
 from __future__ import annotations

@@ -157,10 +157,8 @@ class GroupRunner(Runner):
         self.horizon: int = alg.horizon
         self.states = self._initial_states(Path(settings.run_dir) / STATES_FILE)
         """``{"train": [K, S], "test": [K', S]}`` float64 simulator states."""
-        seed = settings.seed  # rank r of a data-parallel run: as a run seeded with its stream
-        if not self.rank.main:
-            seed = derive_seed(seed, f"rank-{self.rank.rank}")
-        self.generator = torch.Generator().manual_seed(derive_seed(seed, "group-draws"))
+        draws = derive_seed(self.rank.seed(settings.seed), "group-draws")  # rank r: its own
+        self.generator = torch.Generator().manual_seed(draws)
         """Draws each round's initial states from the train set (saved in checkpoints)."""
         self.evaluator = (GroupEvaluator(self.env, self.states, device, cfg.outcome)
                           if self.rank.main else None)
