@@ -175,14 +175,6 @@ def aggregate(
     return AGGREGATIONS[mode](x, mask)
 
 
-def _masked_extreme(x: torch.Tensor, mask: torch.Tensor | None, largest: bool) -> torch.Tensor:
-    if mask is None:
-        return x.max() if largest else x.min()
-    fill = torch.tensor(-torch.inf if largest else torch.inf, dtype=x.dtype, device=x.device)
-    masked = torch.where(mask.bool(), x, fill)
-    return masked.max() if largest else masked.min()
-
-
 def policy_loss(
     logp_new: torch.Tensor,
     logp_old: torch.Tensor,
@@ -205,20 +197,15 @@ def policy_loss(
 
     Returns:
         ``(loss [], metrics)`` with detached scalars ``clipfrac`` (fraction of valid elements
-        whose gradient is clipped), ``approx_kl`` (k3 estimate of KL(old || new)),
-        ``ratio_mean``, ``ratio_min`` and ``ratio_max``.
+        whose gradient is clipped) and ``approx_kl`` (k3 estimate of KL(old || new)).
     """
     log_ratio = logp_new - logp_old.detach()
     per_elem, clipped = clipped_surrogate(log_ratio, advantages, clip_low, clip_high)
     loss = aggregate(per_elem, mask, agg)
     with torch.no_grad():
-        ratio = torch.exp(log_ratio)
         metrics = {
-            "clipfrac": _token_mean(clipped.to(ratio.dtype), mask),
+            "clipfrac": _token_mean(clipped.to(log_ratio.dtype), mask),
             "approx_kl": _token_mean(kl_k3(log_ratio), mask),
-            "ratio_mean": _token_mean(ratio, mask),
-            "ratio_min": _masked_extreme(ratio, mask, largest=False),
-            "ratio_max": _masked_extreme(ratio, mask, largest=True),
         }
     return loss, metrics
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from robotrl.algos.on_policy_base import GaussianOnPolicy
-from robotrl.algos.optim import GradientStep, NonFiniteError
+from robotrl.algos.optim import GradientStep, NonFiniteError, adam
 from robotrl.algos.pg_core import policy_loss, value_loss
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.nn.policy import GaussianActorCritic
@@ -222,10 +222,7 @@ class PPO(GaussianOnPolicy):
         )  # fmt: skip
         self.lr = cfg.learning_rate
         # eps=1e-5 as in the PPO reference implementation (Andrychowicz et al. 2021, C.8)
-        # foreach: one kernel per op over all tensors, not one per parameter (faster on CPU too)
-        self.optimizer = torch.optim.Adam(
-            self.policy.parameters(), lr=self.lr, eps=1e-5, foreach=True
-        )
+        self.optimizer = adam(self.policy.parameters(), self.lr, eps=1e-5)
         self.step = GradientStep("PPO", "policy", self.optimizer, max_grad_norm=cfg.max_grad_norm)
 
     def _set_lr(self, lr: float) -> None:

@@ -43,7 +43,7 @@ from torch.distributions import Normal
 
 from robotrl import distributed
 from robotrl.algos.on_policy_base import GaussianOnPolicy
-from robotrl.algos.optim import GradientStep, NonFiniteError, nonfinite_message
+from robotrl.algos.optim import GradientStep, NonFiniteError, adam, nonfinite_message
 from robotrl.algos.pg_core import gaussian_kl, surrogate_loss, value_loss
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.types import check_groups
@@ -252,9 +252,7 @@ class TRPO(GaussianOnPolicy):
             p for name, p in self.policy.named_parameters() if not name.startswith("critic_head.")
         ]
         self.critic_params = list(self.policy.critic_head.parameters())
-        self.critic_optimizer = torch.optim.Adam(
-            self.critic_params, lr=cfg.critic_lr, eps=1e-5, foreach=True
-        )
+        self.critic_optimizer = adam(self.critic_params, cfg.critic_lr, eps=1e-5)
         self.critic_step = GradientStep("TRPO", "critic", self.critic_optimizer)
         self.max_kl = 0.01 * self.action_low.numel() if cfg.max_kl is None else cfg.max_kl
         """The trust-region radius in use (``cfg.max_kl``, or 0.01 per action dimension)."""
