@@ -148,12 +148,17 @@ def fresh_dir(path: Path, console: Console) -> Path:
 
 
 # ---------------------------------------------------------------------------- evaluations
-def ours_evaluation(runner: Runner, cfg: TrainConfig) -> Callable[[], dict[str, float]]:
-    """Deterministic evaluation of ``runner``'s learner on ``cfg.eval_episodes`` fresh worlds
-    (nominal physics, one episode each), seeded as ``robotrl train`` seeds its evaluations."""
+def ours_eval(cfg: TrainConfig) -> Callable[[PolicyFn], dict[str, float]]:
+    """``evaluate`` on ``cfg.eval_episodes`` fresh worlds of ours (nominal physics, one episode
+    each), seeded as ``robotrl train`` seeds its evaluations; for any deterministic policy."""
     env = build_env(cfg, cfg.eval_episodes, derive_seed(cfg.seed, "eval-env"), train=False)
-    return lambda: evaluate(runner.alg.act_deterministic, env,
-                            seed=derive_seed(cfg.seed, "eval-reset"))
+    return lambda policy: evaluate(policy, env, seed=derive_seed(cfg.seed, "eval-reset"))
+
+
+def ours_evaluation(runner: Runner, cfg: TrainConfig) -> Callable[[], dict[str, float]]:
+    """Deterministic evaluation of ``runner``'s learner (``ours_eval``)."""
+    run = ours_eval(cfg)
+    return lambda: run(runner.alg.act_deterministic)
 
 
 def sb3_policy(model: Any, norm: Any | None) -> PolicyFn:
@@ -404,8 +409,12 @@ def ours_wallclock(task: str, minutes: float, name: str, extra: list[str],
     batch = cfg.algo.num_steps * cfg.num_envs
     update = runner.alg.update
 
+    update_s = [0.0]
+
     def update_then_evaluate(progress: float = 0.0) -> dict[str, float]:
+        t0 = time.perf_counter()
         metrics = update(progress=progress)
+        update_s[0] += time.perf_counter() - t0
         if evals.due():
             # the runner's budget (wall time since train() began) grows by the evaluation time
             runner.settings.max_minutes += evals.evaluate(runner.global_step + batch) / 60
@@ -418,13 +427,13 @@ def ours_wallclock(task: str, minutes: float, name: str, extra: list[str],
     seconds = evals.finish(runner.global_step)
     early = runner.global_step >= cfg.total_steps and seconds < 60 * minutes
     if early:
-        console.print(f"[yellow]{name} reached total_steps={cfg.total_steps:,} after "
-                      f"{seconds:.0f} s, before its budget: raise it with --ours-overrides "
-                      "total_steps=N[/]")
+        console.print(f"[dim]{name} reached total_steps={cfg.total_steps:,} after "
+                      f"{seconds:.0f} s, before its {minutes:g}-min budget[/]")
     label = "ours long" if name.endswith("_long") else "ours"
     return {"label": f"{label} ({minutes:g} min)", "budget_min": minutes, "run_dir": str(run_dir),
             "train_seconds": seconds, "eval_seconds": evals.eval_s, "steps": runner.global_step,
-            "final": evals.curve[-1], "curve": evals.curve, "stopped_at_total_steps": early,
+            "update_seconds": update_s[0], "final": evals.curve[-1], "curve": evals.curve,
+            "stopped_at_total_steps": early,
             "config": to_dict(cfg)}
 
 
