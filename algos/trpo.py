@@ -51,9 +51,10 @@ from robotrl.types import check_groups
 
 @dataclass
 class TRPOConfig:
-    """TRPO hyperparameters; defaults for MuJoCo locomotion with the runner's 128 worlds."""
+    """TRPO hyperparameters; defaults for MuJoCo locomotion with 32 worlds
+    (``configs/algo/trpo.yaml``: 4096 samples per update)."""
 
-    num_steps: int = 32
+    num_steps: int = 128
     """Rollout length per environment per update (batch = num_steps * num_envs)."""
     gamma: float = 0.99
     """Discount factor."""

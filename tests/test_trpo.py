@@ -257,6 +257,7 @@ def test_trpo_default_run_holds_inverted_pendulum(tmp_path: Path) -> None:
     stays >= 950. Measured (2M steps, seeds 0-2): 1000/1000/1000; before the std floor it
     collapsed to 432/492/1000 (4.5/519/111 with the old KL bound 0.06)."""
     cfg = TrainConfig(algo=TRPOConfig(), env=EnvConfig(task="inverted_pendulum"),
+                      num_envs=32,  # configs/algo/trpo.yaml
                       run_dir=str(tmp_path), eval_interval=0,
                       logger=LoggerConfig(tensorboard=False, progress=False))
     result = run_training(cfg)
