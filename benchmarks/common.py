@@ -338,9 +338,11 @@ class TimedEvals:
     def out_of_time(self) -> bool:
         return self.seconds() >= self.budget_s
 
-    def evaluate(self, step: int) -> float:
-        """Evaluate now, at env step ``step``; return the seconds it took."""
-        t, t0 = self.seconds(), time.perf_counter()
+    def evaluate(self, step: int, t: float | None = None) -> float:
+        """Evaluate now, at env step ``step`` (recorded at training second ``t``, default
+        now); return the seconds it took."""
+        t = self.seconds() if t is None else t
+        t0 = time.perf_counter()
         result = self.run()
         dt = time.perf_counter() - t0
         self.eval_s += dt
@@ -352,7 +354,7 @@ class TimedEvals:
         was there (e.g. right after the final update); the events file closed."""
         seconds = self.seconds()
         if self.curve[-1]["steps"] != step:
-            self.evaluate(step)
+            self.evaluate(step, seconds)
         self.writer.close()
         return seconds
 
