@@ -138,12 +138,14 @@ def rsl_train_cfg(cfg: TrainConfig) -> dict[str, Any]:
     }
 
 
-def rsl_policy(alg: Any) -> Any:
-    """Deterministic RSL-RL actions (the actor's mean, its normalizer applied) for ``evaluate``."""
+def rsl_policy(alg: Any, low: torch.Tensor, high: torch.Tensor) -> Any:
+    """Deterministic RSL-RL actions for ``evaluate``: the actor's mean (its normalizer
+    applied) clipped to the bounds, as in training and as ours' ``act_deterministic`` (the
+    tasks charge control cost on the action they are given)."""
     def policy(obs: dict[str, torch.Tensor]) -> torch.Tensor:
         with torch.inference_mode():
             td = TensorDict({"policy": obs["policy"]}, batch_size=[len(obs["policy"])])
-            return alg.get_policy()(td, stochastic_output=False)
+            return torch.clamp(alg.get_policy()(td, stochastic_output=False), low, high)
     return policy
 
 
@@ -165,7 +167,7 @@ def rsl_run(cfg: TrainConfig, args: argparse.Namespace, console: Console) -> dic
     with open(run_dir / "rsl_rl.log", "w") as log, contextlib.redirect_stdout(log):
         runner = OnPolicyRunner(env, train_cfg, log_dir=str(run_dir), device="cpu")
         run_eval = ours_eval(cfg)
-        evals = TimedEvals(lambda: run_eval(rsl_policy(runner.alg)),
+        evals = TimedEvals(lambda: run_eval(rsl_policy(runner.alg, env.low, env.high)),
                            SummaryWriter(str(run_dir), filename_suffix=".evals"),
                            args.eval_every, float("inf"))
         done, update_s = [0], [0.0]
