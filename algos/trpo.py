@@ -48,6 +48,9 @@ from robotrl.algos.pg_core import gaussian_kl, surrogate_loss, value_loss
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.types import check_groups
 
+KL_PER_ACTION_DIM = 0.01
+"""The default trust-region radius per action dimension (``TRPOConfig.max_kl`` None)."""
+
 
 @dataclass
 class TRPOConfig:
@@ -122,8 +125,8 @@ class TRPOConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_kl is not None and not self.max_kl > 0:
-            raise ValueError(f"max_kl must be > 0 (or null: 0.01 per action dimension), "
-                             f"got {self.max_kl}")
+            raise ValueError(f"max_kl must be > 0 (or null: {KL_PER_ACTION_DIM} per action "
+                             f"dimension), got {self.max_kl}")
         if not 0 <= self.min_action_std < 1:
             raise ValueError(f"min_action_std must be in [0, 1), got {self.min_action_std}")
         if not self.critic_lr > 0:
@@ -137,6 +140,11 @@ class TRPOConfig:
         for name in ("gamma", "gae_lambda"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+    def kl_bound(self, act_dim: int) -> float:
+        """The trust-region radius for ``act_dim`` action dimensions: ``max_kl``, or
+        ``KL_PER_ACTION_DIM`` per dimension."""
+        return KL_PER_ACTION_DIM * act_dim if self.max_kl is None else self.max_kl
 
 
 def conjugate_gradient(
@@ -255,8 +263,8 @@ class TRPO(GaussianOnPolicy):
         self.critic_params = list(self.policy.critic_head.parameters())
         self.critic_optimizer = adam(self.critic_params, cfg.critic_lr, eps=1e-5)
         self.critic_step = GradientStep("TRPO", "critic", self.critic_optimizer)
-        self.max_kl = 0.01 * self.action_low.numel() if cfg.max_kl is None else cfg.max_kl
-        """The trust-region radius in use (``cfg.max_kl``, or 0.01 per action dimension)."""
+        self.max_kl = cfg.kl_bound(self.action_low.numel())
+        """The trust-region radius in use (``TRPOConfig.kl_bound``)."""
 
     def _surrogate_and_kl(
         self, old: Normal, obs: torch.Tensor, action: torch.Tensor, old_log_prob: torch.Tensor,

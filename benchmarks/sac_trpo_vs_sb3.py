@@ -70,7 +70,7 @@ def trpo_sb3_kwargs(algo: TRPOConfig, num_envs: int, sb3_envs: int,
     sb3_envs); the critic sees the same minibatch size and number of passes. sb3-contrib's KL
     is averaged over action dimensions as well as states (``kl_divergence(...).mean()`` on a
     [B, A] tensor) where ours sums over dimensions, so the same trust region is
-    ``target_kl = max_kl / act_dim`` (0.01 for ours' default of 0.01 per action dimension).
+    ``target_kl = kl_bound(act_dim) / act_dim`` (``KL_PER_ACTION_DIM`` for ours' default).
     """
     batch, n_steps, notes = sb3_rollout(algo, num_envs, sb3_envs)
     if algo.state_dependent_std:
@@ -84,7 +84,7 @@ def trpo_sb3_kwargs(algo: TRPOConfig, num_envs: int, sb3_envs: int,
         gamma=algo.gamma, gae_lambda=algo.gae_lambda, cg_max_steps=algo.cg_iters,
         cg_damping=algo.cg_damping, line_search_shrinking_factor=algo.backtrack,
         line_search_max_iter=algo.line_search_steps, n_critic_updates=algo.critic_epochs,
-        normalize_advantage=algo.normalize_advantages, target_kl=0.01 if algo.max_kl is None else algo.max_kl / act_dim,
+        normalize_advantage=algo.normalize_advantages, target_kl=algo.kl_bound(act_dim) / act_dim,
         policy_kwargs=sb3_policy_kwargs(algo),
     )
     return kwargs, notes
