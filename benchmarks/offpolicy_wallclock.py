@@ -1,4 +1,4 @@
-"""Off-policy learning against the wall clock (issue 19): ours (SAC, CrossQ) next to
+"""Off-policy learning against the wall clock (issue 19): ours (SAC, CrossQ, FastTD3) next to
 Stable-Baselines3's SAC and sb3-contrib's CrossQ, each for the same minutes of training on
 this machine, one after the other in one process.
 
@@ -42,7 +42,7 @@ from rich.table import Table
 
 from robotrl.envs.registry import task_class
 
-OURS = {"sac": ["algo=sac"], "crossq": ["algo=crossq"]}
+OURS = {name: [f"algo={name}"] for name in ("sac", "crossq", "fasttd3")}
 """Our contestants: name -> ``robotrl train`` overrides."""
 PEERS = ("sb3_sac", "sb3_crossq")
 TARGETS = {"halfcheetah": ((10, 5000.0), (30, 8000.0))}

@@ -46,6 +46,8 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
     "sac": AlgorithmEntry("robotrl.algos.sac:SACConfig", "robotrl.algos.sac:SAC", "off_policy"),
     "crossq": AlgorithmEntry("robotrl.algos.crossq:CrossQConfig", "robotrl.algos.crossq:CrossQ",
                              "off_policy"),
+    "fasttd3": AlgorithmEntry("robotrl.algos.fasttd3:FastTD3Config",
+                              "robotrl.algos.fasttd3:FastTD3", "off_policy"),
     "crl": AlgorithmEntry("robotrl.algos.crl:CRLConfig", "robotrl.algos.crl:CRL", "off_policy"),
     "grpo": AlgorithmEntry("robotrl.algos.grpo:GRPOConfig", "robotrl.algos.grpo:GRPO", "group"),
     **{name: AlgorithmEntry(f"robotrl.algos.offline.{module}:{cls}Config",

@@ -44,6 +44,9 @@ def _learning_metrics(history: list[dict[str, float]]) -> list[dict[str, float]]
     # renormalization corrections start after 100 critic forwards)
     ("crossq", "loss/critic", {"learning_starts": 64, "batch_size": 16, "actor_hidden": [16],
                                "critic_hidden": [16], "renorm_warmup": 100}),
+    # FastTD3: the normalizer and every world's noise scale resume too
+    ("fasttd3", "loss/critic", {"learning_starts": 64, "batch_size": 16, "actor_hidden": [16],
+                                "critic_hidden": [16], "num_atoms": 11}),
 ])
 def test_resume_equals_uninterrupted(tmp_path: Path, make_config: MakeConfig,
                                      algo: str, key: str, over: dict[str, Any]) -> None:

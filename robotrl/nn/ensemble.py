@@ -72,6 +72,8 @@ class EnsembleQ(nn.Module):
             2023: Dense, ReLU, LayerNorm).
         batch_renorm: arguments of ``BatchRenorm`` placed before every linear layer, the
             input's included (CrossQ's critic, Bhatt et al. 2024); None: none.
+        out_dim: outputs per member: 1 (a value, squeezed away) or K (e.g. the logits of a
+            categorical return distribution over K atoms, FastTD3's critic).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class EnsembleQ(nn.Module):
         activation: str = "relu",
         layer_norm: bool = False,
         batch_renorm: dict[str, Any] | None = None,
+        out_dim: int = 1,
     ) -> None:
         super().__init__()
         if num_members < 1:
@@ -100,18 +103,22 @@ class EnsembleQ(nn.Module):
             if layer_norm:
                 layers.append(EnsembleLayerNorm(num_members, size))
             width = size
-        layers += linear(width, 1)
+        layers += linear(width, out_dim)
         self.net = nn.Sequential(*layers)
-        self.num_members = num_members
+        self.num_members, self.out_dim = num_members, out_dim
+
+    def _output(self, x: torch.Tensor) -> torch.Tensor:
+        return x.squeeze(-1) if self.out_dim == 1 else x
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """Q values [E, B] of ``obs`` [B, obs_dim] and ``action`` [B, act_dim]."""
-        return self.net(torch.cat([obs, action], dim=-1)).squeeze(-1)
+        """Q values [E, B] (or [E, B, out_dim]) of ``obs`` [B, obs_dim] and ``action``
+        [B, act_dim]."""
+        return self._output(self.net(torch.cat([obs, action], dim=-1)))
 
     def member(self, obs: torch.Tensor, action: torch.Tensor, i: int = 0) -> torch.Tensor:
-        """Q values [B] of member ``i`` alone (TD3's actor reads only the first critic: half
-        the arithmetic of evaluating the ensemble and dropping the rest)."""
+        """Q values [B] (or [B, out_dim]) of member ``i`` alone (TD3's actor reads only the
+        first critic: half the arithmetic of evaluating the ensemble and dropping the rest)."""
         x = torch.cat([obs, action], dim=-1)
         for layer in self.net:
             x = layer.member(x, i) if hasattr(layer, "member") else layer(x)
-        return x.squeeze(-1)
+        return self._output(x)
