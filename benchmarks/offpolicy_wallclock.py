@@ -4,7 +4,8 @@ this machine, one after the other in one process.
 
     python benchmarks/offpolicy_wallclock.py --task halfcheetah --minutes 10
     python benchmarks/offpolicy_wallclock.py --task hopper --minutes 10 --contestants crossq sb3_crossq
-    python benchmarks/plot_curves.py ...   # or read the JSON: every evaluation of every run
+    python benchmarks/offpolicy_wallclock.py --task walker2d --minutes 5 --plot walker2d.png
+    python benchmarks/offpolicy_wallclock.py --replot run.json --plot run.png --task hopper
 
 Ours run from the Hydra configs (``robotrl train algo=<name> env=<task>``, tuned files
 included) through ``common.ours_wallclock``; the peers with their published defaults (SB3 SAC
@@ -95,6 +96,41 @@ def best_within(curve: list[dict[str, float]], minutes: float) -> float:
     return max(p["return"] for p in curve if p["seconds"] <= 60 * minutes + 1)
 
 
+def figure(runs: dict[str, dict[str, Any]], task: str, path: str) -> None:
+    """Evaluation return against training minutes and against env steps, one line each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for name, run in runs.items():
+        curve = run["curve"]
+        style = "-" if name in OURS else "--"
+        label = f"ours {name}" if name in OURS else name.replace("_", " ")
+        returns = [p["return"] for p in curve]
+        axes[0].plot([p["seconds"] / 60 for p in curve], returns, style, marker=".", label=label)
+        stepped = [p for p in curve if p["steps"] > 0]  # the log axis has no 0
+        axes[1].plot([p["steps"] for p in stepped], [p["return"] for p in stepped], style,
+                     marker=".", label=label)
+    axes[0].set_xlabel("training minutes (2 CPU cores)")
+    axes[1].set_xlabel("env steps")
+    axes[1].set_xscale("log")
+    axes[1].xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ticks = [m * 10**e for e in range(3, 8) for m in (1, 2, 5)]
+    low, high = axes[1].get_xlim()
+    axes[1].set_xticks([t for t in ticks if low <= t <= high],
+                       [f"{t / 1000:g}k" for t in ticks if low <= t <= high])
+    axes[0].set_ylabel("deterministic evaluation return")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(f"{task}: off-policy learning against the wall clock")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default="halfcheetah", help="registry name (default: halfcheetah)")
@@ -110,11 +146,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--torch-threads", type=int, default=2)
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     p.add_argument("--json", metavar="FILE", help="write every figure to FILE")
+    p.add_argument("--plot", metavar="PNG", help="draw the curves (minutes and steps) to PNG")
+    p.add_argument("--replot", metavar="JSON", help="only draw --plot from an earlier --json")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.replot:
+        import json
+
+        if not args.plot:
+            raise SystemExit("--replot needs --plot PNG (where to draw the figure)")
+        figure(json.loads(Path(args.replot).read_text())["runs"], args.task, args.plot)
+        return 0
     torch.set_num_threads(args.torch_threads)
     console = Console(width=max(Console().width, 100))
     console.print(banner(f"off-policy wall clock: {args.task}", f"{args.minutes:g} min each, "
@@ -161,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         write_json(args.json, {"meta": machine_meta(sb3=True), "args": vars(args), "runs": runs,
                                "checks": checks}, console)
+    if args.plot:
+        figure(runs, args.task, args.plot)
+        console.print(f"figure written to {args.plot}")
     return 0
 
 
