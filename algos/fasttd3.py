@@ -23,7 +23,6 @@ reward normalization, SimbaV2 networks (levers of GPU runs; see benchmarks/READM
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +30,7 @@ import torch
 from torch import nn
 
 from robotrl.algos.off_policy_base import OffPolicyConfig, OffPolicyLearner
-from robotrl.algos.optim import GradientStep, adam
+from robotrl.algos.optim import adam
 from robotrl.nn.actor import DeterministicActor
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.mlp import mlp
@@ -129,17 +128,15 @@ def categorical_projection(probs: torch.Tensor, reward: torch.Tensor, discount: 
     return out.scatter_add_(-1, upper_idx, probs * upper_weight)
 
 
-def expected_value(logits_or_probs: torch.Tensor, support: torch.Tensor,
-                   logits: bool = True) -> torch.Tensor:
-    """E[Z] [...] of a categorical distribution [..., K] on ``support`` [K]."""
-    probs = logits_or_probs.softmax(-1) if logits else logits_or_probs
+def expected_value(probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """E[Z] [...] of categorical probabilities [..., K] on ``support`` [K]."""
     return probs @ support
 
 
 def clipped_double_target(projected: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
     """Per sample, the member's projected target distribution with the lowest mean (clipped
     double Q on distributions, as FastTD3): [E, B, K] -> [B, K]."""
-    pick = expected_value(projected, support, logits=False).argmin(0)  # [B]
+    pick = expected_value(projected, support).argmin(0)  # [B]
     return projected.gather(0, pick[None, :, None].expand(1, *projected.shape[1:]))[0]
 
 
@@ -198,15 +195,14 @@ class FastTD3(OffPolicyLearner):
                            cfg.activation, out_dim=cfg.num_atoms)
         return actor, critic
 
+    def _adam(self, params: Any, lr: float) -> torch.optim.Optimizer:
+        return adam(params, lr, weight_decay=self.cfg.weight_decay)  # AdamW
+
     def _learning_state(self, act_dim: int) -> None:
+        super()._learning_state(act_dim)
         cfg, dev = self.cfg, self.device
         self.support = torch.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms, device=dev)
         self.normalizer = RunningNormalizer(self.state_dim).to(dev) if cfg.normalize_obs else None
-        self.actor_opt = adam(self.actor.parameters(), cfg.actor_lr, weight_decay=cfg.weight_decay)
-        self.critic_opt = adam(self.critic.parameters(), cfg.critic_lr,
-                               weight_decay=cfg.weight_decay)
-        self.critic_step = GradientStep(self.name, "critic", self.critic_opt)
-        self.actor_step = GradientStep(self.name, "actor", self.actor_opt)
 
     def _draw_scales(self) -> torch.Tensor:
         """[N, 1] noise scales uniform in [std_min, std_max], from the generator."""
@@ -272,9 +268,9 @@ class FastTD3(OffPolicyLearner):
                                   "tanh", normalizer)
 
     # ------------------------------------------------------------------ learning
-    def _update_once(self) -> torch.Tensor:
+    def _update_once(self) -> dict[str, torch.Tensor]:
         """One critic update (the actor on schedule) and the target critics' Polyak step;
-        returns METRIC_KEYS values [K]."""
+        returns its METRIC_KEYS."""
         cfg = self.cfg
         batch = self.buffer.sample(cfg.batch_size, self.generator)
         state, next_state = self._norm(batch["obs"]), self._norm(batch["next_obs"])
@@ -284,8 +280,7 @@ class FastTD3(OffPolicyLearner):
         if self.num_updates % cfg.actor_update_interval == 0:
             metrics.update(self._actor_update(state))
         self._polyak()
-        nan = torch.full((), math.nan, device=self.device)
-        return torch.stack([metrics.get(key, nan) for key in METRIC_KEYS])
+        return metrics
 
     def _critic_update(self, state: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
                        terminated: torch.Tensor, next_state: torch.Tensor
@@ -309,7 +304,7 @@ class FastTD3(OffPolicyLearner):
         # frozen critic: the actor's backward pass skips the critics' weight gradients
         self.critic.requires_grad_(False)
         action = self._policy(self._actor_input(state))
-        q = expected_value(self.critic(state, action), self.support)
+        q = expected_value(self.critic(state, action).softmax(-1), self.support)
         loss, metrics = deterministic_actor_loss(q)
         metrics[self.actor_step.metric] = self.actor_step(loss, check=False)
         self.critic.requires_grad_(True)
@@ -317,19 +312,14 @@ class FastTD3(OffPolicyLearner):
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """``OffPolicyLearner``'s state plus optimizers, normalizer and noise scales."""
-        state = {**super().state_dict(),
-                 "actor_opt": self.actor_opt.state_dict(),
-                 "critic_opt": self.critic_opt.state_dict(),
-                 "noise_scale": self.noise_scale.clone()}
+        """``OffPolicyLearner``'s state plus the normalizer and the noise scales."""
+        state = {**super().state_dict(), "noise_scale": self.noise_scale.clone()}
         if self.normalizer is not None:
             state["normalizer"] = self.normalizer.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
         self.noise_scale = state["noise_scale"].to(self.device)
         if self.normalizer is not None:
             self.normalizer.load_state_dict(state["normalizer"])

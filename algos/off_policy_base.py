@@ -4,8 +4,9 @@
 generator, the counters of stored transitions and owed updates, and the off-policy protocol's
 collection half (``robotrl.types.OffPolicyAlgorithm``): ``process_env_step`` stores the last
 ``act``'s transitions, ``update`` runs the gradient updates they earned (``utd_ratio`` per
-transition) through the subclass's ``_update_once``. Subclasses build their networks
-(``_networks``), their optimizers and any other learned state (``_learning_state``), and act.
+transition) through the subclass's ``_update_once``, and owns the actor's and the critics'
+optimizers and gradient steps. Subclasses build their networks (``_networks``), choose the
+optimizer (``_adam``), add any other learned state (``_learning_state``), and act.
 
 Replay rows hold the ``policy`` group then the groups ``cfg.critic_obs`` adds (an asymmetric
 critic); actions are stored in (-1, 1) and mapped affinely to the env's bounds.
@@ -14,13 +15,14 @@ critic); actions are stored in (-1, 1) and mapped affinely to the env's bounds.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from robotrl.algos.optim import run_owed_updates
+from robotrl.algos.optim import GradientStep, adam, run_owed_updates
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.storage.replay import ReplayBuffer
 from robotrl.types import Obs, check_groups, policy_obs
@@ -173,13 +175,30 @@ class OffPolicyLearner:
         """(actor, critic) for replay rows of ``state_dim`` and ``act_dim`` actions."""
         raise NotImplementedError
 
+    def _adam(self, params: Any, lr: float) -> torch.optim.Optimizer:
+        """The optimizer of one part (actor, critics, temperature); subclasses choose Adam's
+        betas or weight decay."""
+        return adam(params, lr)
+
     def _learning_state(self, act_dim: int) -> None:
-        """Optimizers, gradient steps and any learned state besides the networks."""
+        """The actor's and the critics' optimizers and gradient steps; subclasses add any
+        other learned state (a temperature, a normalizer)."""
+        cfg = self.cfg
+        self.actor_opt = self._adam(self.actor.parameters(), cfg.actor_lr)
+        self.critic_opt = self._adam(self.critic.parameters(), cfg.critic_lr)
+        self.critic_step = GradientStep(self.name, "critic", self.critic_opt)
+        self.actor_step = GradientStep(self.name, "actor", self.actor_opt)
+
+    def _update_once(self) -> dict[str, torch.Tensor]:
+        """One gradient update; returns the ``metric_keys`` it measured (a delayed actor
+        update's keys are missing on the updates that skip it)."""
         raise NotImplementedError
 
-    def _update_once(self) -> torch.Tensor:
-        """One gradient update; returns the values of ``metric_keys`` [K] (NaN: skipped)."""
-        raise NotImplementedError
+    def _metric_row(self) -> torch.Tensor:
+        """``_update_once`` as one row [K] of ``metric_keys``, NaN where it skipped a key."""
+        metrics = self._update_once()
+        nan = torch.full((), math.nan, device=self.device)
+        return torch.stack([metrics.get(key, nan) for key in self.metric_keys])
 
     @classmethod
     def build(cls, spec: EnvSpec, cfg: Any, ctx: BuildContext) -> OffPolicyLearner:
@@ -276,15 +295,17 @@ class OffPolicyLearner:
         """
         if int(self.owed_updates) == 0 or len(self.buffer) < self.cfg.batch_size:
             return {}
-        return run_owed_updates(self, self._update_once, self.metric_keys, self.name)
+        return run_owed_updates(self, self._metric_row, self.metric_keys, self.name)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Networks, generator, counters (and replay if configured); subclasses add their
-        optimizers and learned state."""
+        """Networks, optimizers, generator, counters (and replay if configured); subclasses
+        add their other learned state."""
         state: dict[str, Any] = {
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
             "generator": self.generator.get_state(),
             "counters": (self.transitions, self.num_updates, self.owed_updates),
         }
@@ -299,6 +320,8 @@ class OffPolicyLearner:
         run is then no longer an exact continuation)."""
         self.actor.load_state_dict(state["actor"])
         self.critic.load_state_dict(state["critic"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
         if self.critic_target is not None:
             self.critic_target.load_state_dict(state["critic_target"])
         self.generator.set_state(state["generator"].cpu())

@@ -143,18 +143,18 @@ class SAC(OffPolicyLearner):
         return (SquashedGaussianActor(self.obs_dim, act_dim, cfg.actor_hidden, cfg.activation),
                 EnsembleQ(state_dim, act_dim, cfg.critic_hidden, cfg.num_critics, cfg.activation))
 
+    def _adam(self, params: Any, lr: float) -> torch.optim.Optimizer:
+        return adam(params, lr, self.betas)
+
     def _learning_state(self, act_dim: int) -> None:
+        super()._learning_state(act_dim)
         cfg = self.cfg
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=self.device,
                                       requires_grad=True)
         self.target_entropy = (
             -float(act_dim) if cfg.target_entropy is None else float(cfg.target_entropy)
         )
-        self.actor_opt = adam(self.actor.parameters(), cfg.actor_lr, self.betas)
-        self.critic_opt = adam(self.critic.parameters(), cfg.critic_lr, self.betas)
-        self.alpha_opt = adam([self.log_alpha], cfg.alpha_lr, self.betas)
-        self.critic_step = GradientStep(self.name, "critic", self.critic_opt)
-        self.actor_step = GradientStep(self.name, "actor", self.actor_opt)
+        self.alpha_opt = self._adam([self.log_alpha], cfg.alpha_lr)
         self.alpha_step = GradientStep(self.name, "alpha", self.alpha_opt)
 
     # ------------------------------------------------------------------ acting
@@ -182,8 +182,8 @@ class SAC(OffPolicyLearner):
                                   "tanh")
 
     # ------------------------------------------------------------------ learning
-    def _update_once(self) -> torch.Tensor:
-        """One critic update (and actor/alpha on schedule); returns METRIC_KEYS values [K]."""
+    def _update_once(self) -> dict[str, torch.Tensor]:
+        """One critic update (and actor/alpha on schedule); returns its METRIC_KEYS."""
         cfg = self.cfg
         batch = self.buffer.sample(cfg.batch_size, self.generator)
         alpha = self.log_alpha.detach().exp()
@@ -193,8 +193,7 @@ class SAC(OffPolicyLearner):
             metrics.update(self._actor_update(batch, alpha))
         self._polyak()
         metrics["train/alpha"] = alpha
-        nan = torch.full((), math.nan, device=self.device)
-        return torch.stack([metrics.get(key, nan) for key in METRIC_KEYS])
+        return metrics
 
     def _critic_update(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor
                        ) -> dict[str, torch.Tensor]:
@@ -231,17 +230,13 @@ class SAC(OffPolicyLearner):
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """``OffPolicyLearner``'s state plus the temperature and the optimizers."""
+        """``OffPolicyLearner``'s state plus the temperature and its optimizer."""
         return {**super().state_dict(),
                 "log_alpha": self.log_alpha.detach().clone(),
-                "actor_opt": self.actor_opt.state_dict(),
-                "critic_opt": self.critic_opt.state_dict(),
                 "alpha_opt": self.alpha_opt.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])

@@ -64,8 +64,8 @@ def test_projection_preserves_the_mean_inside_the_support() -> None:
     reward, discount = torch.rand(32) * 0.4 - 0.2, torch.full((32,), 0.5)
     out = categorical_projection(probs, reward, discount, SUPPORT)
     # every shifted atom stays inside [-2, 2], where linear interpolation keeps the mean
-    torch.testing.assert_close(expected_value(out, SUPPORT, logits=False)[0],
-                               reward + discount * expected_value(probs, SUPPORT, logits=False)[0])
+    torch.testing.assert_close(expected_value(out, SUPPORT)[0],
+                               reward + discount * expected_value(probs, SUPPORT)[0])
 
 
 def test_clipped_double_target_takes_the_lower_mean_member_per_sample() -> None:
@@ -82,7 +82,7 @@ def test_distributional_losses_by_hand() -> None:
     assert loss.item() == pytest.approx(2 * math.log(5))
     logits[1, :, 1] = 100.0  # member 1 certain of the target atom: no loss
     assert distributional_critic_loss(logits, target)[0].item() == pytest.approx(math.log(5))
-    assert expected_value(torch.zeros(5), SUPPORT).item() == pytest.approx(0.0)
+    assert expected_value(torch.zeros(5).softmax(-1), SUPPORT).item() == pytest.approx(0.0)
     q = torch.tensor([[1.0, 4.0], [2.0, 3.0]])
     loss, metrics = deterministic_actor_loss(q)
     assert loss.item() == pytest.approx(-(1.0 + 3.0) / 2)
