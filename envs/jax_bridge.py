@@ -1,8 +1,8 @@
 """The torch <-> JAX bridge of the JAX backends (``mjx``, ``brax``): one place that imports JAX.
 
 Importing it sets JAX's GPU allocator to allocate on demand (unless the user chose a policy),
-so that JAX and torch share one device, and swaps MJX's plane-capsule collider for one with
-MuJoCo C's contact frame (``envs/mjx_fixes.py``). Arrays cross between the frameworks through
+so that JAX and torch share one device, and swaps MJX's plane-capsule collider and RK4 step
+for ones that compute as MuJoCo C does (``envs/mjx_fixes.py``). Arrays cross between the frameworks through
 DLPack: zero-copy, stream-ordered, no host synchronization.
 """
 
@@ -28,9 +28,11 @@ import torch  # noqa: E402
 with contextlib.redirect_stdout(io.StringIO()):  # mjx prints a line when `warp` is absent
     from mujoco import mjx
 
-from robotrl.envs.mjx_fixes import use_c_plane_capsule_frame  # noqa: E402
+from robotrl.envs.mjx_fixes import use_c_plane_capsule_frame, use_c_rungekutta4  # noqa: E402
 
 use_c_plane_capsule_frame()
+RK4_SCHEME = use_c_rungekutta4()
+"""MuJoCo C's RK4 scheme, which MJX now runs too (``envs/mjx_fixes.py``)."""
 
 GPU_LS_ITERATIONS = 8
 """Line-search iterations of the MJX solver on a GPU unless set (Playground uses 4-8)."""

@@ -17,11 +17,14 @@ Differences from the native backend (see tests/test_jax_backends.py for the tole
   and 8 line-search steps unless set (see ``MjxEnv``), so GPU physics is less converged
   than the native backend's. MJX has no PGS solver: Humanoid's MJCF asks for PGS, which becomes
   Newton here (different contact forces; Humanoid is not parity-tested on mjx).
-* Measured on CPU against the native backend from the same state: HalfCheetah and Hopper agree
-  to 1e-2 over 15 steps, Humanoid (Newton for PGS) to 2e-4 over 8, Ant to 4e-3 over its first
-  5 (its first ground contacts) once MJX's plane-capsule contact frame is C's
-  (``envs/mjx_fixes.py``, applied at import; without it Ant departed by 0.1-1 in qvel at its
-  first contact); after that C's RK4 step departs from MJX's under contact and Ant separates.
+* MJX computes two things unlike MuJoCo C, which ``envs/mjx_fixes.py`` makes it compute as C
+  does (at import): the contact frame of a capsule on a plane, and RK4 on free and ball joints
+  (C 4.0 runs a Runge-Kutta-Munthe-Kaas step there). With both, float64 MJX matches C to 1e-10
+  per Ant control step. In float32, from the native worlds' state before every step, the
+  observations agree to 8.6e-4 relative on HalfCheetah, 3.8e-6 on Hopper, 5.9e-5 on Ant
+  (``benchmarks/mjx_fidelity.py``); free-running from one state HalfCheetah, Hopper and Ant
+  stay within 1e-2 for 15 steps, Humanoid (Newton for PGS) within 2e-4 for 8, and then the
+  chaotic trajectories separate.
 * Reacher's goal rejection sampling reads a count on the host at each reset sample (one
   synchronization per step on a GPU); the other tasks' reset samples stay on the device.
 * Unstable worlds (non-finite or > 1e10 state; MuJoCo's BADQPOS/BADQVEL tests) end with
