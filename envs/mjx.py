@@ -21,8 +21,8 @@ Differences from the native backend (see tests/test_jax_backends.py for the tole
   does (at import): the contact frame of a capsule on a plane, and RK4 on free and ball joints
   (C 4.0 runs a Runge-Kutta-Munthe-Kaas step there). With both, float64 MJX matches C to 1e-10
   per Ant control step. In float32, from the native worlds' state before every step, the
-  observations agree to 8.6e-4 relative on HalfCheetah, 3.8e-6 on Hopper, 5.9e-5 on Ant
-  (``benchmarks/mjx_fidelity.py``); free-running from one state HalfCheetah, Hopper and Ant
+  observed positions and velocities agree to 2.4e-4 relative on HalfCheetah, 4.1e-6 on Hopper,
+  2.4e-5 on Walker2d, 8.5e-5 on Ant (``benchmarks/mjx_fidelity.py``); free-running from one state HalfCheetah, Hopper and Ant
   stay within 1e-2 for 15 steps, Humanoid (Newton for PGS) within 2e-4 for 8, and then the
   chaotic trajectories separate.
 * Reacher's goal rejection sampling reads a count on the host at each reset sample (one

@@ -9,6 +9,10 @@ shared by every body or geom), so the physics is exactly what domain randomizati
 produce at that corner: all masses (and inertias) times ``mass``, every geom's sliding friction
 times ``friction``, and actions applied ``delay`` control steps late. A robust policy keeps most
 of its nominal return across the grid (Peng et al. 2018 report the same kind of table).
+
+``one_step_agreement(env, reference, steps)`` compares two simulators of one task (e.g. the mjx
+and mujoco backends) one step at a time from the same states, and ``relative_error`` sizes the
+difference (``benchmarks/mjx_fidelity.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import dataclasses
 import itertools
 from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from robotrl.envs.base import BatchedEnv
 from robotrl.envs.randomization import RandomizationConfig, Range
@@ -116,3 +122,35 @@ def gap_table(rows: list[dict[str, Any]], title: str = "sim-to-sim gap",
             cells += [f"{b['return_mean']:.1f} ± {b['return_std']:.1f}", pct(b)]
         table.add_row(*cells)
     return table
+
+
+# ------------------------------------------------------------------ one-step agreement
+def one_step_agreement(env: BatchedEnv, reference: BatchedEnv, steps: int,
+                       seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """How closely ``env`` steps like ``reference`` (two backends of one task, same number of
+    worlds), free of chaos: before every step ``reference``'s state is set into both (so both
+    start from a cleared solver warm start, as after a reset), both take the same uniformly
+    random action, and their final observations are kept. The reference runs its own rollout.
+    Returns ``(ours, theirs)``, [steps, num_envs, obs_dim] float64 observations; compare them
+    with ``relative_error``."""
+    if (env.num_envs, env.spec.obs_dim) != (reference.num_envs, reference.spec.obs_dim):
+        raise ValueError(f"env has {env.num_envs} worlds x {env.spec.obs_dim} observations, the "
+                         f"reference {reference.num_envs} x {reference.spec.obs_dim}")
+    reference.reset(seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    low, high = reference.spec.action_low.cpu(), reference.spec.action_high.cpu()
+    ours, theirs = [], []
+    for _ in range(steps):
+        state = reference.get_state()
+        reference.set_state(state)
+        env.set_state(state.to(env.device))
+        u = torch.rand(reference.num_envs, reference.spec.action_dim, generator=gen)
+        action = low + u * (high - low)
+        ours.append(env.step(action.to(env.device)).info["final_obs"]["policy"].cpu().double())
+        theirs.append(reference.step(action).info["final_obs"]["policy"].cpu().double())
+    return torch.stack(ours), torch.stack(theirs)
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """max |a - b| / max(1, max |b|) over the last dimension (an observation)."""
+    return (a - b).abs().amax(dim=-1) / b.abs().amax(dim=-1).clamp(min=1.0)

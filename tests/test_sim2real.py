@@ -378,3 +378,20 @@ def test_cli_export_then_deploy(checkpoint, tmp_path: Path) -> None:  # noqa: AN
     with pytest.raises(SystemExit, match="available: onnx, pt2, torchscript"):
         export_main([f"checkpoint={path}", "format=tflite"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deploy.json", "policy.onnx"]
+
+
+def test_one_step_agreement_of_two_backends() -> None:
+    from robotrl.envs import make
+    from robotrl.sim2real.gap import one_step_agreement, relative_error
+
+    # the same physics: exact; 30% heavier bodies: apart from the first step
+    ours, theirs = one_step_agreement(make("hopper", 3, num_threads=1), make("hopper", 3), 20)
+    assert ours.shape == (20, 3, 11) and torch.equal(ours, theirs)
+    heavy = make("hopper", 3, randomization={"body_mass": {"low": 1.3, "high": 1.3}})
+    heavy_obs, _ = one_step_agreement(heavy, make("hopper", 3), 20)
+    assert float(relative_error(heavy_obs, theirs)[0].min()) > 1e-3
+    assert float((theirs[1:] - theirs[:-1]).abs().max()) > 0.1  # the worlds moved
+    np.testing.assert_allclose(relative_error(torch.tensor([[1.0, 4.0]]), torch.tensor([[1.0, 2.0]])),
+                               [1.0])  # |4 - 2| / max(1, 2)
+    with pytest.raises(ValueError, match="env has 2 worlds x 11 observations, the reference 3"):
+        one_step_agreement(make("hopper", 2), make("hopper", 3), 1)

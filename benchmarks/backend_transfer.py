@@ -1,0 +1,110 @@
+"""Does a policy trained on MJX keep its return elsewhere? (issue 20)
+
+    python benchmarks/backend_transfer.py --tasks halfcheetah --minutes 8      # CPU JAX, small
+    python benchmarks/backend_transfer.py --device cuda --num-envs 4096 --minutes 10  # a GPU
+
+For each task: ``robotrl train backend=mjx`` (PPO, the task's defaults) for ``--minutes``; the
+final actor exported to ONNX (``robotrl export``: normalization and scaling baked in, verified
+against torch); the ONNX file run through onnxruntime on ``--episodes`` evaluation episodes of
+each of: the mjx backend it was trained on, the native MuJoCo backend, and Gymnasium's own
+``*-v5`` env (``backend=gymnasium``), from the same seeded resets. Prints the three returns side by
+side and checks that the native and Gymnasium returns keep >= 90% of the MJX return (issue 20's
+target). Runs go to ``benchmarks/results/backend_transfer/<task>`` and resume if interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from common import banner, check, machine_meta, print_checks, train_subprocess, write_json
+from rich.console import Console
+from rich.table import Table
+
+KEEP = 0.9
+"""The share of its MJX return a policy must keep on the other simulators."""
+TASKS = ("halfcheetah", "hopper", "ant")
+
+
+def evaluate_onnx(path: Path, task: str, backend: str, episodes: int, seed: int,
+                  device: str) -> dict[str, float]:
+    import robotrl.envs as E
+    from robotrl.runners.evaluation import evaluate
+    from robotrl.sim2real.verify import onnx_runner
+
+    run = onnx_runner(path.read_bytes())
+    options = {"device": device} if backend == "mjx" else {}
+    env = E.make(task, episodes, backend=backend, seed=seed, **options)
+
+    def policy(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        x = obs["policy"].detach().cpu().numpy().astype(np.float32)
+        return torch.from_numpy(run(x)).to(obs["policy"].device)
+
+    try:
+        return evaluate(policy, env, seed=seed)
+    finally:
+        env.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    parser.add_argument("--minutes", type=float, default=8.0, help="training budget per task")
+    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--device", default="cpu", help="mjx's device (cpu or cuda)")
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overrides", nargs="*", default=[], help="more `robotrl train` keys")
+    parser.add_argument("--out", default="benchmarks/results/backend_transfer")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    console = Console()
+    console.print(banner("MJX -> native / Gymnasium transfer", f"mjx on {args.device}",
+                         f"{args.minutes:g} min x {args.num_envs} worlds per task"))
+    rows, checks = {}, []
+    for task in args.tasks:
+        run = Path(args.out) / task
+        overrides = [f"env={task}", "backend=mjx", f"device={args.device}",
+                     f"num_envs={args.num_envs}", f"max_minutes={args.minutes}",
+                     f"seed={args.seed}", "total_steps=1000000000", *args.overrides]
+        console.print(f"[bold]{task}[/]: training on mjx ({' '.join(overrides)})")
+        wall, failed = train_subprocess(overrides, run, task)
+        if failed:
+            checks.append(check(f"{task}: trained on mjx", None, False))
+            continue
+        onnx = run / "policy.onnx"
+        from robotrl.cli.export import export_main
+
+        export_main([f"checkpoint={run}", "format=onnx", f"out={onnx}"])
+        row = {"train_seconds": wall}
+        for backend in ("mjx", "mujoco", "gymnasium"):
+            row[backend] = evaluate_onnx(onnx, task, backend, args.episodes, args.seed,
+                                         args.device)
+        rows[task] = row
+        base = row["mjx"]["return_mean"]
+        for backend in ("mujoco", "gymnasium"):
+            kept = row[backend]["return_mean"] / base if base > 0 else None
+            row[backend]["kept"] = kept
+            checks.append(check(f"{task}: {backend} keeps >= {KEEP:.0%} of the mjx return", kept,
+                                None if kept is None else kept >= KEEP))
+    table = Table(title="ONNX policy trained on mjx, evaluated on three simulators")
+    for col in ("task", "mjx", "native mujoco", "gymnasium", "native / mjx", "gym / mjx"):
+        table.add_column(col, justify="right")
+    for task, row in rows.items():
+        cells = [f"{row[b]['return_mean']:.0f} +- {row[b]['return_std']:.0f}"
+                 for b in ("mjx", "mujoco", "gymnasium")]
+        kept = [f"{row[b]['kept']:.3f}" if row[b]["kept"] is not None else "-"
+                for b in ("mujoco", "gymnasium")]
+        table.add_row(task, *cells, *kept)
+    console.print(table)
+    print_checks(console, checks, lambda c: f": {c['value']:.3f}")
+    write_json(Path(args.out) / "transfer.json",
+               {"meta": {**machine_meta(), "argv": sys.argv[1:]}, "rows": rows,
+                "checks": checks}, console)
+
+
+if __name__ == "__main__":
+    main()
