@@ -2,8 +2,8 @@
 
 Importing it sets JAX's GPU allocator to allocate on demand (unless the user chose a policy),
 so that JAX and torch share one device, and swaps MJX's plane-capsule collider and RK4 step
-for ones that compute as MuJoCo C does (``envs/mjx_fixes.py``). Arrays cross between the frameworks through
-DLPack: zero-copy, stream-ordered, no host synchronization.
+for ones that compute as MuJoCo C does (``envs/mjx_fixes.py``). Arrays cross between the
+frameworks through DLPack: zero-copy, stream-ordered, no host synchronization.
 """
 
 from __future__ import annotations

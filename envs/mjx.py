@@ -22,9 +22,9 @@ Differences from the native backend (see tests/test_jax_backends.py for the tole
   (C 4.0 runs a Runge-Kutta-Munthe-Kaas step there). With both, float64 MJX matches C to 1e-10
   per Ant control step. In float32, from the native worlds' state before every step, the
   observed positions and velocities agree to 2.4e-4 relative on HalfCheetah, 4.1e-6 on Hopper,
-  2.4e-5 on Walker2d, 8.5e-5 on Ant (``benchmarks/mjx_fidelity.py``); free-running from one state HalfCheetah, Hopper and Ant
-  stay within 1e-2 for 15 steps, Humanoid (Newton for PGS) within 2e-4 for 8, and then the
-  chaotic trajectories separate.
+  2.4e-5 on Walker2d, 8.5e-5 on Ant (``benchmarks/mjx_fidelity.py``); free-running from one
+  state HalfCheetah, Hopper and Ant stay within 1e-2 for 15 steps, Humanoid (Newton for PGS)
+  within 2e-4 for 8, and then the chaotic trajectories separate.
 * Reacher's goal rejection sampling reads a count on the host at each reset sample (one
   synchronization per step on a GPU); the other tasks' reset samples stay on the device.
 * Unstable worlds (non-finite or > 1e10 state; MuJoCo's BADQPOS/BADQVEL tests) end with

@@ -9,8 +9,8 @@ HalfCheetah's and Hopper's capsules move in the x-z plane (the two frames differ
 which leaves a square pyramid unchanged); Gymnasium's Ant lands on steep shins: measured on CPU
 from the same state, its qvel departed from the native backend's by 0.1-1.2 within 4 control
 steps, and by 2e-5 (step 2) to 1e-3 (step 10) with C's frame. With the Euler integrator and
-float64 the fixed MJX matches C to 1e-13 per substep; the rest under RK4 is MuJoCo C's own RK4
-step departing from the textbook scheme MJX implements (~1e-4 in qvel per contact substep).
+float64 the fixed MJX matches C to 1e-13 per substep; under RK4 the rest was the RK4 scheme
+itself (below).
 
 ``use_c_plane_capsule_frame`` swaps the collider in MJX's dispatch table, process-wide: Brax's
 ``mjx`` and ``generalized`` pipelines (which build friction from the contact frame) get it too,
