@@ -13,6 +13,7 @@ entropy bonus, optimized with Adam over minibatch epochs. The on-policy runner d
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,6 @@ import torch
 
 from robotrl.algos.on_policy_base import GaussianOnPolicy
 from robotrl.algos.optim import GradientStep, NonFiniteError, adam
-from robotrl.algos.pg_core import policy_loss, value_loss
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.nn.policy import GaussianActorCritic
 from robotrl.types import check_groups
@@ -138,43 +138,7 @@ def adaptive_lr(lr: float, kl: float, desired_kl: float) -> float:
     return lr
 
 
-def ppo_loss(
-    policy: GaussianActorCritic, batch: dict[str, torch.Tensor], cfg: PPOConfig
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO's total loss on one minibatch: clipped surrogate + value + entropy bonus.
-
-    Args:
-        policy: the actor-critic being optimized.
-        batch: ``obs`` [B, obs_dim], ``action`` [B, A], ``log_prob``, ``value``,
-            ``advantages``, ``returns`` [B] (a ``RolloutBuffer`` minibatch); ``critic_obs``
-            [B, critic_obs_dim] for an asymmetric critic.
-        cfg: clip widths and loss weights.
-
-    Returns:
-        ``(loss [], metrics)``; metrics are detached scalars under the keys of
-        ``LOSS_METRIC_KEYS`` (``loss/value`` unweighted, ``loss/entropy`` = -entropy).
-    """
-    dist, value = policy(batch["obs"], batch.get("critic_obs"))
-    log_prob = dist.log_prob(batch["action"]).sum(-1)
-    entropy = dist.entropy().sum(-1).mean()
-    pg_loss, pg_metrics = policy_loss(
-        log_prob, batch["log_prob"], batch["advantages"], cfg.clip_low, cfg.clip_high
-    )
-    value_clip = cfg.value_clip if cfg.value_clip > 0 else None
-    v_loss, _ = value_loss(value, batch["value"], batch["returns"], value_clip)
-    loss = pg_loss + cfg.value_coef * v_loss - cfg.entropy_coef * entropy
-    metrics = {
-        "loss/policy": pg_loss,
-        "loss/value": v_loss,
-        "loss/entropy": -entropy,
-        "loss/total": loss,
-        "train/kl": pg_metrics["approx_kl"],
-        "train/clipfrac": pg_metrics["clipfrac"],
-        "train/entropy": entropy,
-        "train/action_std": dist.stddev.mean(),
-    }
-    return loss, {key: metric.detach() for key, metric in metrics.items()}
-
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 LOSS_METRIC_KEYS: tuple[str, ...] = (
     "loss/policy",
@@ -186,8 +150,97 @@ LOSS_METRIC_KEYS: tuple[str, ...] = (
     "train/entropy",
     "train/action_std",
 )
-"""Metrics ``ppo_loss`` returns; ``update`` adds train/grad_norm/policy, train/lr and
-train/explained_variance."""
+"""The metrics ``ppo_loss`` returns, in order; ``update`` adds train/grad_norm/policy, train/lr
+and train/explained_variance."""
+
+
+class _PPOHead(torch.autograd.Function):
+    """PPO's loss from the policy's raw outputs, with its gradient written out by hand.
+
+    The composed version (``Normal.log_prob`` and ``entropy``, then ``pg_core.policy_loss`` and
+    ``value_loss``) records ~40 autograd nodes per minibatch; on CPU, with PPO's small networks,
+    their bookkeeping costs about as much as the matmuls. Here the forward computes the loss, the
+    metrics and the gradients of the loss with respect to ``mean``, ``log_std`` and ``value``
+    in one pass without recording, and the backward scales them. tests/test_ppo.py checks loss,
+    metrics and gradients against the composition of ``pg_core``'s functions.
+
+    Per sample, with z = (a - mean) / std: d log_prob / d mean = z / std and
+    d log_prob / d log_std = z^2 - 1; the clipped surrogate's gradient with respect to
+    log_prob is -ratio * A where the unclipped branch is the minimum (where both are equal,
+    torch.minimum splits the gradient, and the halves add up to the same), 0 where clipped.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, mean: torch.Tensor, log_std: torch.Tensor, value: torch.Tensor,
+                batch: dict[str, torch.Tensor], cfg: PPOConfig
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        b, dims = mean.shape
+        inv_std = torch.exp(-log_std)
+        z = (batch["action"] - mean) * inv_std
+        log_std_sum = log_std.sum(-1)  # [] for a free log std, [B] for a state-dependent one
+        log_prob = -0.5 * z.square().sum(-1) - log_std_sum - dims * _HALF_LOG_2PI
+        log_ratio = log_prob - batch["log_prob"]
+        ratio = torch.exp(log_ratio)
+        advantages = batch["advantages"]
+        unclipped = ratio * advantages
+        clipped = torch.clamp(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * advantages
+        is_clipped = clipped < unclipped
+        pg_loss = -torch.minimum(unclipped, clipped).mean()
+        grad_log_prob = unclipped.masked_fill(is_clipped, 0.0).mul_(-1.0 / b)[:, None]
+        grad_mean = grad_log_prob * z
+        grad_log_std = grad_mean * z - grad_log_prob
+        grad_mean.mul_(inv_std)
+        error = value - batch["returns"]
+        if cfg.value_clip > 0:
+            moved = value - batch["value"]
+            error_clipped = error + (moved.clamp(-cfg.value_clip, cfg.value_clip) - moved)
+            use_clipped = error_clipped.square() > error.square()
+            v_loss = 0.5 * torch.maximum(error.square(), error_clipped.square()).mean()
+            error = torch.where(use_clipped, error_clipped * (moved.abs() <= cfg.value_clip),
+                                error)
+        else:
+            v_loss = 0.5 * error.square().mean()
+        grad_value = error * (cfg.value_coef / b)
+        entropy = log_std_sum.mean() + dims * (0.5 + _HALF_LOG_2PI)
+        grad_log_std = (grad_log_std.sum(0) - cfg.entropy_coef if log_std.dim() == 1
+                        else grad_log_std - cfg.entropy_coef / b)
+        loss = pg_loss + cfg.value_coef * v_loss - cfg.entropy_coef * entropy
+        metrics = torch.stack([
+            pg_loss, v_loss, -entropy, loss, (torch.expm1(log_ratio) - log_ratio).mean(),
+            is_clipped.to(loss.dtype).mean(), entropy, inv_std.reciprocal().mean()])
+        ctx.save_for_backward(grad_mean, grad_log_std, grad_value)
+        ctx.mark_non_differentiable(metrics)
+        return loss, metrics
+
+    @staticmethod
+    def backward(ctx: Any, grad_loss: torch.Tensor, _: torch.Tensor) -> tuple[Any, ...]:
+        grad_mean, grad_log_std, grad_value = ctx.saved_tensors
+        return grad_mean * grad_loss, grad_log_std * grad_loss, grad_value * grad_loss, None, None
+
+
+def ppo_loss(
+    policy: GaussianActorCritic, batch: dict[str, torch.Tensor], cfg: PPOConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's total loss on one minibatch: clipped surrogate + value + entropy bonus.
+
+    The clipped surrogate and value loss are ``pg_core.policy_loss`` and ``value_loss`` (mean
+    aggregation), the log-probability and entropy those of the diagonal Gaussian, fused into
+    one autograd function (``_PPOHead``).
+
+    Args:
+        policy: the actor-critic being optimized.
+        batch: ``obs`` [B, obs_dim], ``action`` [B, A], ``log_prob``, ``value``,
+            ``advantages``, ``returns`` [B] (a ``RolloutBuffer`` minibatch); ``critic_obs``
+            [B, critic_obs_dim] for an asymmetric critic.
+        cfg: clip widths and loss weights.
+
+    Returns:
+        ``(loss [], metrics [8])``: detached metrics in the order of ``LOSS_METRIC_KEYS``
+        (``loss/value`` unweighted, ``loss/entropy`` = -entropy, ``train/kl`` the k3 estimate
+        of KL(old || new)).
+    """
+    mean, log_std, value = policy.heads(batch["obs"], batch.get("critic_obs"))
+    return _PPOHead.apply(mean, log_std, value, batch, cfg)
 
 
 class PPO(GaussianOnPolicy):
@@ -258,8 +311,7 @@ class PPO(GaussianOnPolicy):
                 loss, metrics = ppo_loss(self.policy, batch, cfg)
                 # the loss metrics ride with the gradients: averaged over ranks in the same
                 # all-reduce of a data-parallel run, so every rank sets the same adaptive lr
-                grad_norm, riders = self.step.backward(
-                    loss, torch.stack([metrics[key] for key in keys[:-1]]))
+                grad_norm, riders = self.step.backward(loss, metrics)
                 # one host sync per minibatch: the finiteness guard and the adaptive lr need it
                 step = torch.cat([riders, grad_norm[None].to(riders)])
                 finite, kl = torch.stack(

@@ -8,7 +8,16 @@ import math
 import pytest
 import torch
 
-from robotrl.algos.ppo import LR_SCHEDULES, PPO, PPOConfig, adaptive_lr
+from robotrl.algos.pg_core import policy_loss, value_loss
+from robotrl.algos.ppo import (
+    LOSS_METRIC_KEYS,
+    LR_SCHEDULES,
+    PPO,
+    PPOConfig,
+    adaptive_lr,
+    ppo_loss,
+)
+from robotrl.nn.policy import GaussianActorCritic
 
 METRIC_KEYS = {
     "loss/policy",
@@ -75,6 +84,58 @@ def _collect(ppo: PPO, env: PointMass, obs: torch.Tensor) -> torch.Tensor:
             ppo.process_env_step(reward, terminated, truncated, final_obs)
         ppo.compute_returns(obs)
     return obs
+
+
+def _composed_ppo_loss(policy: GaussianActorCritic, batch: dict[str, torch.Tensor],
+                       cfg: PPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's loss composed from torch.distributions and pg_core, as ppo_loss defines it."""
+    dist, value = policy(batch["obs"])
+    log_prob = dist.log_prob(batch["action"]).sum(-1)
+    entropy = dist.entropy().sum(-1).mean()
+    pg, pg_metrics = policy_loss(log_prob, batch["log_prob"], batch["advantages"],
+                                 cfg.clip_low, cfg.clip_high)
+    v, _ = value_loss(value, batch["value"], batch["returns"],
+                      cfg.value_clip if cfg.value_clip > 0 else None)
+    loss = pg + cfg.value_coef * v - cfg.entropy_coef * entropy
+    metrics = torch.stack([pg, v, -entropy, loss, pg_metrics["approx_kl"],
+                           pg_metrics["clipfrac"], entropy, dist.stddev.mean()])
+    return loss, metrics.detach()
+
+
+@pytest.mark.parametrize("state_dependent_std", [False, True])
+@pytest.mark.parametrize("value_clip", [0.0, 0.2])
+def test_fused_loss_matches_composed_loss_and_gradients(state_dependent_std: bool,
+                                                        value_clip: float) -> None:
+    """ppo_loss's hand-written gradient against autograd through the composed loss, on a batch
+    where some ratios are clipped on each side, some are inside the clip range, and some value
+    predictions move beyond the value clip."""
+    torch.manual_seed(0)
+    cfg = PPOConfig(value_clip=value_clip, entropy_coef=0.01, value_coef=0.7, clip_low=0.1,
+                    clip_high=0.3)
+    policy = GaussianActorCritic(5, 3, (8,), (8,), "tanh",
+                                 state_dependent_std=state_dependent_std).double()
+    b = 64
+    obs = torch.randn(b, 5, dtype=torch.float64)
+    with torch.no_grad():
+        dist, value = policy(obs)
+        action = dist.sample()
+        # old log-probs spread so that ratios fall below, inside and above the clip range
+        old = dist.log_prob(action).sum(-1) + torch.linspace(-0.6, 0.6, b, dtype=torch.float64)
+    batch = {"obs": obs, "action": action, "log_prob": old, "value": value + 0.5 * torch.randn(b),
+             "advantages": torch.randn(b, dtype=torch.float64),
+             "returns": value + torch.randn(b, dtype=torch.float64)}
+    grads = []
+    results = []
+    for loss_fn in (ppo_loss, _composed_ppo_loss):
+        policy.zero_grad()
+        loss, metrics = loss_fn(policy, batch, cfg)
+        loss.backward()
+        results.append(metrics)
+        grads.append(torch.cat([p.grad.flatten() for p in policy.parameters()]))
+    assert metrics.shape == (len(LOSS_METRIC_KEYS),)
+    assert 0.1 < float(results[1][5]) < 0.9  # some ratios clipped, some not
+    torch.testing.assert_close(results[0], results[1], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-9, atol=1e-12)
 
 
 def test_protocol_shapes_bounds_and_truncation_bootstrap() -> None:

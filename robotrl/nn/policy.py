@@ -92,23 +92,20 @@ class GaussianActorCritic(nn.Module):
         if self.state_dependent_std:
             mean, raw = out.chunk(2, dim=-1)
             log_std = raw + self.init_log_std
-        else:
-            mean = out
-            log_std = self.log_std.expand_as(mean)
+        else:  # [act_dim]: Normal broadcasts it, and PPO's loss sums its gradient in one op
+            mean, log_std = out, self.log_std
         if self.log_std_min is None:
             return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         return mean, torch.maximum(log_std, self.log_std_min).clamp_max(LOG_STD_MAX)
 
-    def forward(self, obs: torch.Tensor,
-                critic_obs: torch.Tensor | None = None) -> tuple[Normal, torch.Tensor]:
-        """Action distribution and value from one trunk pass.
+    def heads(self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The raw outputs of one trunk pass: ``(mean [N, act_dim], log_std, value [N])``, the
+        clamped log std [act_dim] (a free parameter) or [N, act_dim] (state-dependent).
 
         Args:
             obs: [N, obs_dim] normalized observations.
             critic_obs: [N, critic_obs_dim] the critic's input (asymmetric); None: ``obs``.
-
-        Returns:
-            ``(Normal with loc/scale [N, act_dim], value [N])``.
         """
         if self.shared:
             features = self.trunk(obs)
@@ -117,13 +114,19 @@ class GaussianActorCritic(nn.Module):
         else:
             mean, log_std = self._mean_log_std(obs)
             value = self.critic_head(obs if critic_obs is None else critic_obs)
+        return mean, log_std, value.squeeze(-1)
+
+    def forward(self, obs: torch.Tensor,
+                critic_obs: torch.Tensor | None = None) -> tuple[Normal, torch.Tensor]:
+        """Action distribution (Normal with loc/scale [N, act_dim]) and value [N] of ``heads``."""
+        mean, log_std, value = self.heads(obs, critic_obs)
         # validate_args=False: validation reads tensors on the host (a sync per call)
-        return Normal(mean, log_std.exp(), validate_args=False), value.squeeze(-1)
+        return Normal(mean, log_std.exp().expand_as(mean), validate_args=False), value
 
     def dist(self, obs: torch.Tensor) -> Normal:
         """Action distribution for ``obs`` [N, obs_dim]: Normal with loc/scale [N, act_dim]."""
         mean, log_std = self._mean_log_std(self.trunk(obs))
-        return Normal(mean, log_std.exp(), validate_args=False)
+        return Normal(mean, log_std.exp().expand_as(mean), validate_args=False)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State value of the critic's input ``obs`` [N, critic_obs_dim or obs_dim]: [N]."""
