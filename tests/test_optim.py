@@ -59,3 +59,42 @@ def test_gradient_hooks_see_gradients_before_clipping(monkeypatch) -> None:  # n
     # riders travel through the same hook and come back as it left them
     norm, riders = step.backward(net(torch.ones(1, 3)).sum(), torch.tensor([4.0, 2.0]))
     assert riders.tolist() == [2.0, 1.0] and norm.item() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.0, 0.5])
+def test_flat_parameters_step_as_the_separate_parameters_do(max_grad_norm: float) -> None:
+    """Adam over one flat tensor (FlatParameters) gives the separate parameters' update: same
+    gradient norm, clipping and parameters after three steps, with a parameter the loss does
+    not reach (its gradient counts as zero); the modules' state_dict is unchanged in form."""
+    def build() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.ModuleDict({"a": torch.nn.Linear(3, 4), "b": torch.nn.Linear(4, 2),
+                                    "unused": torch.nn.Linear(2, 2)})
+
+    x = torch.randn(5, 3)
+    ref, flat_net = build(), build()
+    ref_step = GradientStep("ALG", "pi", optim.adam(ref.parameters(), 0.1), None,
+                            max_grad_norm)
+    flat = optim.FlatParameters(flat_net.parameters())
+    flat_step = GradientStep("ALG", "pi", optim.adam([flat.flat], 0.1), None, max_grad_norm,
+                             flat=flat)
+    for _ in range(3):
+        norms = [step((net["b"](net["a"](x)) ** 2).sum(), "here")
+                 for net, step in ((ref, ref_step), (flat_net, flat_step))]
+        torch.testing.assert_close(norms[0], norms[1])
+    for (name, p), q in zip(ref.named_parameters(), flat_net.parameters(), strict=True):
+        torch.testing.assert_close(p, q, msg=name)
+        assert q.grad is None
+    assert flat_net.state_dict().keys() == ref.state_dict().keys()
+    # loading weights copies into the flat tensor's views
+    flat_net.load_state_dict({k: torch.zeros_like(v) for k, v in ref.state_dict().items()})
+    assert float(flat.flat.detach().abs().sum()) == 0.0
+    # an optimizer state saved over the separate parameters loads into the flat one
+    flat_opt = optim.adam([flat.flat], 0.1)
+    flat_opt.load_state_dict(flat.flat_optimizer_state(ref_step.optimizer.state_dict()))
+    state = flat_opt.state[flat.flat]
+    torch.testing.assert_close(state["exp_avg"][:12], ref_step.optimizer.state[ref["a"].weight]
+                               ["exp_avg"].flatten())
+    assert int(state["step"]) == 3
+    with pytest.raises(ValueError, match="has 2 parameters; this model has 6"):
+        flat.flat_optimizer_state({"state": {}, "param_groups": [{"params": [0, 1]}]})

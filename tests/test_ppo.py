@@ -138,6 +138,20 @@ def test_fused_loss_matches_composed_loss_and_gradients(state_dependent_std: boo
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-9, atol=1e-12)
 
 
+def test_first_minibatch_reads_the_log_probs_of_acting_bit_for_bit() -> None:
+    """The loss's log-probability is computed exactly as acting stored it: on an update's first
+    minibatch (parameters unchanged) KL is exactly 0, so the adaptive lr (x1.5 only where
+    0 < KL < desired / 2, RSL-RL's rule) keeps its value. A log-prob off by rounding read KL
+    ~1e-13 there and raised the lr 1.5x at every update (HalfCheetah returns fell by half)."""
+    ppo = PPO(2, -torch.ones(2), torch.ones(2), 16,
+              PPOConfig(**{**SMALL, "num_minibatches": 1, "num_epochs": 1}), seed=0)
+    env = PointMass(16)
+    _collect(ppo, env, env.reset())
+    metrics = ppo.update()
+    assert metrics["train/kl"] == 0.0
+    assert metrics["train/lr"] == ppo.cfg.learning_rate
+
+
 def test_protocol_shapes_bounds_and_truncation_bootstrap() -> None:
     torch.manual_seed(0)
     low, high = torch.tensor([-1.0, -0.5]), torch.tensor([0.5, 1.0])
