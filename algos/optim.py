@@ -82,8 +82,8 @@ class FlatParameters:
         """An optimizer ``state_dict`` saved over the separate parameters (one group, in the
         same order, e.g. by an earlier version) as the state of one optimizer over ``flat``:
         each per-parameter tensor concatenated (zeros for a parameter never stepped), the rest
-        (Adam's step count) taken from the first parameter that has state. A state already flat is returned
-        as it is."""
+        (Adam's step count) taken from the first parameter that has state. A state already
+        flat is returned as it is."""
         (group,) = state["param_groups"]
         if len(group["params"]) == 1:
             return state

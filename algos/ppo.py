@@ -279,8 +279,8 @@ class PPO(GaussianOnPolicy):
             cfg.shared_backbone, cfg.state_dependent_std, group_dims,
         )  # fmt: skip
         self.lr = cfg.learning_rate
-        # one flat tensor for Adam and the gradient clip: 13 small tensors cost ~0.1 ms of
-        # Python per minibatch on CPU
+        # one flat tensor for Adam and the gradient clip: the policy's small tensors (13 for
+        # separate networks) cost ~0.1 ms of Python per minibatch on CPU
         self.flat = FlatParameters(self.policy.parameters())
         # eps=1e-5 as in the PPO reference implementation (Andrychowicz et al. 2021, C.8)
         self.optimizer = adam([self.flat.flat], self.lr, eps=1e-5)
