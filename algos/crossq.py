@@ -30,6 +30,7 @@ from torch import nn
 from robotrl.algos.sac import SAC, SACConfig, soft_td_target
 from robotrl.nn.batch_renorm import BatchRenorm, training
 from robotrl.nn.ensemble import EnsembleQ
+from robotrl.nn.linear import Linear
 from robotrl.nn.mlp import make_activation
 from robotrl.nn.squashed_gaussian import SquashedGaussianActor
 
@@ -93,10 +94,10 @@ class CrossQ(SAC):
         layers: list[nn.Module] = []
         width = self.obs_dim
         for size in cfg.actor_hidden:
-            layers += [BatchRenorm(width, **cfg.renorm()), nn.Linear(width, size),
+            layers += [BatchRenorm(width, **cfg.renorm()), Linear(width, size),
                        make_activation(cfg.activation)]
             width = size
-        layers += [BatchRenorm(width, **cfg.renorm()), nn.Linear(width, 2 * act_dim)]
+        layers += [BatchRenorm(width, **cfg.renorm()), Linear(width, 2 * act_dim)]
         actor = SquashedGaussianActor(self.obs_dim, act_dim, net=nn.Sequential(*layers))
         critic = EnsembleQ(state_dim, act_dim, cfg.critic_hidden, cfg.num_critics,
                            cfg.activation, batch_renorm=cfg.renorm())

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from robotrl.nn.batch_renorm import BatchRenorm
+from robotrl.nn.linear import ensemble_linear
 from robotrl.nn.mlp import make_activation
 
 
@@ -17,7 +18,8 @@ class EnsembleLinear(nn.Module):
     """E independent linear layers: [E, B, in] (or a shared [B, in]) -> [E, B, out].
 
     One ``baddbmm`` replaces E separate matmuls and their E kernel launches; with twin critics
-    this halves the layer calls of an update. Initialized as ``nn.Linear`` (uniform in
+    this halves the layer calls of an update (large float32 CPU layers take one oneDNN product
+    per member instead, twice as fast as the BLAS on AMD CPUs: ``robotrl.nn.linear``). Initialized as ``nn.Linear`` (uniform in
     +-1/sqrt(in)), independently per member.
     """
 
@@ -29,9 +31,7 @@ class EnsembleLinear(nn.Module):
         self.bias = nn.Parameter(torch.empty(num_members, 1, out_dim).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2:  # the same input for every member
-            x = x.expand(self.num_members, *x.shape)
-        return torch.baddbmm(self.bias, x, self.weight)
+        return ensemble_linear(x, self.weight, self.bias)
 
     def member(self, x: torch.Tensor, i: int) -> torch.Tensor:
         """Member ``i`` alone: [B, in] -> [B, out]."""

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from robotrl.nn.linear import Linear
+
 ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
     "tanh": nn.Tanh,
@@ -64,13 +66,13 @@ def mlp(
     layers: list[nn.Module] = []
     width = in_dim
     for size in hidden:
-        linear = nn.Linear(width, size)
+        linear = Linear(width, size)
         if ortho_init:
             orthogonal_init(linear, math.sqrt(2.0))
         layers += [linear, make_activation(activation)]
         width = size
     if out_dim is not None:
-        linear = nn.Linear(width, out_dim)
+        linear = Linear(width, out_dim)
         if ortho_init:
             orthogonal_init(linear, out_gain)
         layers.append(linear)

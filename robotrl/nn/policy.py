@@ -10,6 +10,7 @@ from torch import nn
 from torch.distributions import Normal
 
 from robotrl.nn.actor import OUTPUT_TRANSFORMS, DeterministicActor
+from robotrl.nn.linear import Linear
 from robotrl.nn.mlp import as_mlp, mlp, orthogonal_init
 from robotrl.nn.normalizer import RunningNormalizer
 from robotrl.types import Obs, policy_obs
@@ -66,8 +67,8 @@ class GaussianActorCritic(nn.Module):
                     "a shared backbone needs at least one hidden layer in actor_hidden"
                 )
             self.trunk = mlp(obs_dim, actor_hidden, None, activation, ortho_init)
-            self.actor_head = nn.Linear(actor_hidden[-1], head_out)
-            self.critic_head = nn.Linear(actor_hidden[-1], 1)
+            self.actor_head = Linear(actor_hidden[-1], head_out)
+            self.critic_head = Linear(actor_hidden[-1], 1)
             if ortho_init:
                 orthogonal_init(self.actor_head, _POLICY_OUT_GAIN)
                 orthogonal_init(self.critic_head, 1.0)

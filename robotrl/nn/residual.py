@@ -18,6 +18,7 @@ import math
 import torch
 from torch import nn
 
+from robotrl.nn.linear import Linear
 from robotrl.nn.mlp import make_activation
 
 
@@ -28,9 +29,9 @@ class ResidualBlock(nn.Module):
         """Args: ``out_scale`` multiplies the default init of the block's last linear layer."""
         super().__init__()
         self.norm = nn.LayerNorm(width)
-        self.fc1 = nn.Linear(width, width)
+        self.fc1 = Linear(width, width)
         self.act = make_activation(activation)
-        self.fc2 = nn.Linear(width, width)
+        self.fc2 = Linear(width, width)
         with torch.no_grad():
             self.fc2.weight.mul_(out_scale)
             self.fc2.bias.zero_()
@@ -70,14 +71,14 @@ class ResidualMLP(nn.Module):
             if int(value) < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
         self.in_dim, self.width, self.num_blocks, self.out_dim = in_dim, width, num_blocks, out_dim
-        self.input = nn.Linear(in_dim, width)
+        self.input = Linear(in_dim, width)
         scale = 1.0 / math.sqrt(max(num_blocks, 1))
         self.blocks = nn.Sequential(
             *(ResidualBlock(width, activation, scale) for _ in range(num_blocks))
         )
         self.out_norm = nn.LayerNorm(width)
         self.out_act = make_activation(activation)
-        self.output = nn.Linear(width, out_dim)
+        self.output = Linear(width, out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in_dim] -> [..., out_dim]."""
@@ -88,7 +89,7 @@ class ResidualMLP(nn.Module):
 # ---------------------------------------------------------------------------- the CRL paper's
 def _dense_unit(in_dim: int, width: int) -> list[nn.Module]:
     """Linear -> LayerNorm -> swish: the unit Wang et al. 2025 stack."""
-    return [nn.Linear(in_dim, width), nn.LayerNorm(width), nn.SiLU()]
+    return [Linear(in_dim, width), nn.LayerNorm(width), nn.SiLU()]
 
 
 class DenseResBlock(nn.Module):
@@ -132,7 +133,7 @@ class DeepResNet(nn.Module):
         self.checkpoint = checkpoint
         self.input = nn.Sequential(*_dense_unit(in_dim, width))
         self.blocks = nn.ModuleList(DenseResBlock(width) for _ in range(depth // per))
-        self.output = nn.Linear(width, out_dim)
+        self.output = Linear(width, out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in_dim] -> [..., out_dim]."""

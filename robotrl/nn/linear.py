@@ -1,0 +1,185 @@
+"""Dense layers whose large float32 CPU products run on oneDNN instead of torch's BLAS.
+
+Torch sends a float32 CPU matmul to its BLAS, MKL in the official wheels. MKL takes its AVX-512
+kernels only on Intel CPUs: on an AMD CPU with AVX-512 (Zen 4 and later) it runs its AVX2 path,
+105-111 GFLOP/s on one core of our AMD EPYC machines, where oneDNN (also in every x86 wheel, as
+``torch.ops.mkldnn``) reaches 200-250 GFLOP/s on the same products, exact float32 arithmetic
+both (``benchmarks/cpu_linear.py``). ``Linear`` is an ``nn.Linear`` (same parameters, same
+state dict) whose forward and backward take oneDNN's products on such CPUs, for layers large
+enough that its fixed cost per call (~40 us with autograd) is repaid: ``ONEDNN_MIN_MACS``
+multiply-accumulates per call (batch x in x out). Below that, on other CPUs, on GPUs, in other
+dtypes, under autocast and while ``torch.export`` or ``torch.jit`` traces (exported graphs
+hold the standard ``linear``), it is ``torch.nn.functional.linear``.
+
+``ROBOTRL_CPU_LINEAR=onednn|blas`` forces the choice (``auto``, the default: oneDNN on AMD CPUs
+with AVX-512 when torch has it).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+ONEDNN_MIN_MACS = 2_000_000
+"""Batch x in x out from which a layer takes oneDNN's product (measured: 512 x 64 x 64, 2.1M,
+is 1.12x faster forward + backward than MKL on AMD EPYC; 512 x 17 x 128, 1.1M, 0.92x)."""
+BACKENDS = ("auto", "onednn", "blas")
+"""Values of ``ROBOTRL_CPU_LINEAR``."""
+
+
+def _cpu_flags() -> tuple[str, set[str]]:
+    """(vendor id, feature flags) of the first CPU in ``/proc/cpuinfo``; empty where unreadable."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "", set()
+    vendor, flags = "", set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "vendor_id" and not vendor:
+            vendor = value.strip()
+        elif key == "flags":
+            flags = set(value.split())
+            break
+    return vendor, flags
+
+
+def _onednn_works() -> bool:
+    """oneDNN's linear is in this torch build and multiplies correctly."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        op = torch.ops.mkldnn._linear_pointwise
+        x, w = torch.randn(3, 5), torch.randn(4, 5)
+        return bool(torch.allclose(op(x, w, None, "none", [], ""), x @ w.t(), atol=1e-5))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+@functools.cache
+def onednn_enabled() -> bool:
+    """Whether float32 CPU layers of ``ONEDNN_MIN_MACS`` or more take oneDNN's product here."""
+    choice = os.environ.get("ROBOTRL_CPU_LINEAR", "auto").strip().lower()
+    if choice not in BACKENDS:
+        raise ValueError(f"ROBOTRL_CPU_LINEAR={choice!r}; allowed: {', '.join(BACKENDS)}")
+    if choice == "blas":
+        return False
+    if choice == "auto":
+        vendor, flags = _cpu_flags()
+        if vendor != "AuthenticAMD" or "avx512f" not in flags:
+            return False
+    return _onednn_works()
+
+
+def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x [B, in] @ weight [out, in]^T + bias`` in oneDNN (strided operands are fine)."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """``linear`` on 2-d float32 CPU tensors with oneDNN products forward and backward."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
+                bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _product(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        if torch.is_grad_enabled():  # create_graph (TRPO's Fisher products): differentiable ops
+            gx = grad @ weight if need_x else None
+            gw = grad.t() @ x if need_w else None
+        else:
+            gx = _product(grad, weight.t(), None) if need_x else None
+            gw = _product(grad.t(), x.t(), None) if need_w else None
+        gb = grad.sum(0) if need_b and ctx.has_bias else None
+        return gx, gw, gb
+
+
+def _tracing() -> bool:
+    return (torch.jit.is_tracing() or torch.jit.is_scripting()
+            or torch.compiler.is_compiling())
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)``: ``x [..., in]``, ``weight [out, in]`` -> ``[..., out]``,
+    on oneDNN where that is faster (see the module docstring), else ``F.linear`` itself."""
+    out_dim, in_dim = weight.shape
+    # tracing first: a size test on a traced symbolic batch would become a guard on it
+    if (_tracing() or x.device.type != "cpu" or x.dtype != torch.float32
+            or weight.dtype != torch.float32 or x.numel() * out_dim < ONEDNN_MIN_MACS
+            or torch.is_autocast_enabled("cpu") or not onednn_enabled()):
+        return F.linear(x, weight, bias)
+    flat = x.reshape(-1, in_dim)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        out = _OneDNNLinear.apply(flat, weight, bias)
+    else:
+        out = _product(flat, weight, bias)
+    return out.reshape(*x.shape[:-1], out_dim)
+
+
+class _OneDNNEnsembleLinear(torch.autograd.Function):
+    """``baddbmm(bias, x, weight)`` with one oneDNN product per member, forward and backward:
+    ``x`` [E, B, in] or a shared [B, in], ``weight`` [E, in, out], ``bias`` [E, 1, out]."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
+                bias: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        shared = x.dim() == 2
+        return torch.stack([_product(x if shared else x[e], weight[e].t(), bias[e, 0])
+                            for e in range(weight.shape[0])])
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad
+        members = range(weight.shape[0])
+        xs = [x] * len(members) if x.dim() == 2 else list(x.unbind(0))
+        gx = gw = None
+        if torch.is_grad_enabled():  # create_graph: differentiable ops
+            if need_x:
+                gx = torch.bmm(grad, weight.transpose(1, 2))
+                gx = gx.sum(0) if x.dim() == 2 else gx
+            if need_w:
+                gw = torch.stack([xs[e].t() @ grad[e] for e in members])
+        else:
+            if need_x:
+                parts = [_product(grad[e], weight[e], None) for e in members]
+                gx = torch.stack(parts).sum(0) if x.dim() == 2 else torch.stack(parts)
+            if need_w:
+                gw = torch.stack([_product(xs[e].t(), grad[e].t(), None) for e in members])
+        gb = grad.sum(1, keepdim=True) if need_b else None
+        return gx, gw, gb
+
+
+def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """E linear layers at once: ``x`` [E, B, in] or a shared [B, in], ``weight`` [E, in, out],
+    ``bias`` [E, 1, out] -> [E, B, out], as ``torch.baddbmm``; on oneDNN where that is faster."""
+    members, in_dim, out_dim = weight.shape
+    if (_tracing() or x.device.type != "cpu" or x.dtype != torch.float32
+            or weight.dtype != torch.float32 or x.dim() not in (2, 3)
+            or x.numel() * out_dim * (members if x.dim() == 2 else 1) < ONEDNN_MIN_MACS
+            or torch.is_autocast_enabled("cpu") or not onednn_enabled()):
+        if x.dim() == 2:  # the same input for every member
+            x = x.expand(members, *x.shape)
+        return torch.baddbmm(bias, x, weight)
+    return _OneDNNEnsembleLinear.apply(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` computed by ``linear`` (same parameters, init and state dict)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias)

@@ -1,0 +1,152 @@
+"""``robotrl.nn.linear``: oneDNN's products agree with ``F.linear``, forward and backward, and
+exported graphs keep the standard op."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from robotrl.nn import linear as lin
+from robotrl.nn.linear import Linear, ensemble_linear, linear
+
+needs_onednn = pytest.mark.skipif(not lin._onednn_works(), reason="no oneDNN in this torch build")
+
+
+@pytest.fixture
+def backend(monkeypatch: pytest.MonkeyPatch):
+    """Force ``ROBOTRL_CPU_LINEAR`` to a value for one test (the choice is cached per process)."""
+
+    def set_backend(value: str) -> None:
+        monkeypatch.setenv("ROBOTRL_CPU_LINEAR", value)
+        lin.onednn_enabled.cache_clear()
+
+    yield set_backend
+    monkeypatch.delenv("ROBOTRL_CPU_LINEAR", raising=False)
+    lin.onednn_enabled.cache_clear()
+
+
+def _calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count oneDNN products (forward and backward)."""
+    calls: list[int] = []
+    real = lin._product
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(lin, "_product", counted)
+    return calls
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(512, 64), (16, 32, 64)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_onednn_forward_and_gradients_match_f_linear(backend, monkeypatch, shape, bias):
+    backend("onednn")
+    calls = _calls(monkeypatch)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g, requires_grad=True)
+    w = torch.randn(96, 64, generator=g, requires_grad=True)
+    b = torch.randn(96, generator=g, requires_grad=True) if bias else None
+    upstream = torch.randn(*shape[:-1], 96, generator=g)
+    ours = linear(x, w, b)
+    ours.backward(upstream)
+    grads = [t.grad.clone() for t in (x, w, b) if t is not None]
+    assert len(calls) == 3  # forward, input gradient, weight gradient
+    for t in (x, w, b):
+        if t is not None:
+            t.grad = None
+    ref = F.linear(x, w, b)
+    ref.backward(upstream)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
+    for mine, theirs in zip(grads, [t.grad for t in (x, w, b) if t is not None], strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-3)
+
+
+@needs_onednn
+@pytest.mark.parametrize("shared", [True, False])
+def test_onednn_ensemble_matches_baddbmm(backend, monkeypatch, shared):
+    backend("onednn")
+    calls = _calls(monkeypatch)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(*(() if shared else (3,)), 256, 64, generator=g, requires_grad=True)
+    w = torch.randn(3, 64, 96, generator=g, requires_grad=True)
+    b = torch.randn(3, 1, 96, generator=g, requires_grad=True)
+    upstream = torch.randn(3, 256, 96, generator=g)
+    ours = ensemble_linear(x, w, b)
+    ours.backward(upstream)
+    grads = [t.grad.clone() for t in (x, w, b)]
+    assert len(calls) == 9  # three members: forward, input and weight gradients
+    for t in (x, w, b):
+        t.grad = None
+    ref = torch.baddbmm(b, x.expand(3, 256, 64) if shared else x, w)
+    ref.backward(upstream)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
+    for mine, t in zip(grads, (x, w, b), strict=True):
+        torch.testing.assert_close(mine, t.grad, rtol=1e-5, atol=1e-3)
+    # create_graph (a gradient penalty, a Fisher product) through the ensemble
+    hvp = []
+    for fn in (ensemble_linear, lambda x, w, b: torch.baddbmm(
+            b, x.expand(3, 256, 64) if shared else x, w)):
+        (gw,) = torch.autograd.grad(fn(x, w, b).tanh().square().sum(), [w], create_graph=True)
+        hvp.append(torch.autograd.grad(gw.sum(), [x])[0])
+    torch.testing.assert_close(hvp[0], hvp[1], rtol=1e-4, atol=1e-3)
+
+
+@needs_onednn
+def test_double_backward_through_onednn_layers_matches(backend):
+    """TRPO differentiates a gradient (``create_graph``): the backward must be differentiable."""
+    backend("onednn")
+    torch.manual_seed(0)
+    layer = Linear(64, 64)
+    x = torch.randn(1024, 64)
+
+    def hvp(fn) -> torch.Tensor:
+        out = fn(x, layer.weight, layer.bias).tanh().square().sum()
+        (gw,) = torch.autograd.grad(out, [layer.weight], create_graph=True)
+        (h,) = torch.autograd.grad(gw.sum(), [layer.weight])
+        return h
+
+    torch.testing.assert_close(hvp(linear), hvp(F.linear), rtol=1e-4, atol=1e-3)
+
+
+@needs_onednn
+def test_small_layers_other_dtypes_and_blas_choice_are_f_linear_bit_for_bit(backend, monkeypatch):
+    backend("onednn")
+    calls = _calls(monkeypatch)
+    torch.manual_seed(0)
+    small = torch.randn(8, 16), torch.randn(4, 16), torch.randn(4)
+    assert torch.equal(linear(*small), F.linear(*small))
+    double = [t.double() for t in (torch.randn(512, 64), torch.randn(96, 64), torch.randn(96))]
+    assert torch.equal(linear(*double), F.linear(*double))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        big = torch.randn(512, 64), torch.randn(96, 64), torch.randn(96)
+        assert torch.equal(linear(*big), F.linear(*big))
+    assert not calls
+    backend("blas")
+    assert torch.equal(linear(*big), F.linear(*big))
+    assert not calls
+
+
+@needs_onednn
+def test_exported_and_traced_graphs_hold_the_standard_linear(backend):
+    backend("onednn")
+    layer = Linear(64, 96).eval()
+    x = torch.randn(512, 64)
+    batch = torch.export.Dim("batch", min=1, max=10**6)  # as sim2real exports: any batch
+    program = torch.export.export(layer, (x,), dynamic_shapes=({0: batch},))
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert not any("mkldnn" in t for t in targets), targets
+    assert any("linear" in t for t in targets), targets
+    traced = torch.jit.trace(layer, (x,))
+    assert "mkldnn" not in str(traced.graph)
+    for rows in (3, 512):  # a small batch too: the graph holds no size test
+        torch.testing.assert_close(program.module()(x[:rows]), layer(x[:rows]), rtol=1e-5,
+                                   atol=1e-4)
+
+
+def test_unknown_backend_names_the_allowed_values(backend):
+    backend("fast")
+    with pytest.raises(ValueError, match="auto, onednn, blas"):
+        lin.onednn_enabled()
