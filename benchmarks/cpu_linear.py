@@ -1,7 +1,7 @@
 """Float32 dense layers on the CPU: torch's BLAS against oneDNN (``robotrl.nn.linear``).
 
     python benchmarks/cpu_linear.py                  # one thread; products, then updates
-    python benchmarks/cpu_linear.py --threads 2 --skip-updates
+    python benchmarks/cpu_linear.py --threads 2     # as off-policy runs use both cores here
 
 Torch sends float32 CPU products to MKL, which runs its AVX2 kernels on AMD CPUs even where
 they have AVX-512; oneDNN, in the same wheel, does not. Two measurements, both choices in one
@@ -15,6 +15,11 @@ rounds):
   minibatch (``ppo_loss`` forward + backward, the default networks, minibatch 512, Hopper's
   shapes), SAC updates (256x256 actor and twin critics, batch 256, HalfCheetah; as
   ``sac_bench.py``) and CRL updates at depth 16 (width 256, batch 256; as ``crl_depth.py``).
+
+OpenMP's wait policy is left as the environment sets it (a run's own): with ``--threads 2``
+``OMP_WAIT_POLICY=PASSIVE`` makes every parallel region wake a sleeping thread, which costs
+whole updates more than either product choice saves. The product table is a one-thread figure:
+with two threads its small products do not split and NumPy's own threads compete.
 """
 
 from __future__ import annotations
@@ -25,8 +30,6 @@ import statistics
 import time
 from collections.abc import Callable
 from typing import Any
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: no spin-wait stalls
 
 import torch
 from common import banner, check, machine_meta, print_checks, write_json

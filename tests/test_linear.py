@@ -21,7 +21,10 @@ def backend(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv("ROBOTRL_CPU_LINEAR", value)
         lin.onednn_enabled.cache_clear()
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the thresholds of one thread (several: see the last test)
     yield set_backend
+    torch.set_num_threads(threads)
     monkeypatch.delenv("ROBOTRL_CPU_LINEAR", raising=False)
     lin.onednn_enabled.cache_clear()
 
@@ -144,6 +147,21 @@ def test_exported_and_traced_graphs_hold_the_standard_linear(backend):
     for rows in (3, 512):  # a small batch too: the graph holds no size test
         torch.testing.assert_close(program.module()(x[:rows]), layer(x[:rows]), rtol=1e-5,
                                    atol=1e-4)
+
+
+@needs_onednn
+def test_several_threads_keep_baddbmm_for_ensembles_and_raise_the_size_threshold(backend,
+                                                                                  monkeypatch):
+    backend("onednn")
+    calls = _calls(monkeypatch)
+    torch.set_num_threads(2)
+    x, w = torch.randn(512, 128), torch.randn(128, 128)  # 8.4M MACs: oneDNN with one thread
+    assert torch.equal(linear(x, w), F.linear(x, w))
+    ew, eb = torch.randn(2, 128, 128), torch.randn(2, 1, 128)
+    assert torch.equal(ensemble_linear(x, ew, eb), torch.baddbmm(eb, x.expand(2, 512, 128), ew))
+    assert not calls
+    linear(torch.randn(512, 256), torch.randn(256, 256))  # 33.6M MACs
+    assert len(calls) == 1
 
 
 def test_unknown_backend_names_the_allowed_values(backend):

@@ -7,9 +7,10 @@ kernels only on Intel CPUs: on an AMD CPU with AVX-512 (Zen 4 and later) it runs
 both (``benchmarks/cpu_linear.py``). ``Linear`` is an ``nn.Linear`` (same parameters, same
 state dict) whose forward and backward take oneDNN's products on such CPUs, for layers large
 enough that its fixed cost per call (~40 us with autograd) is repaid: ``ONEDNN_MIN_MACS``
-multiply-accumulates per call (batch x in x out). Below that, on other CPUs, on GPUs, in other
-dtypes, under autocast and while ``torch.export`` or ``torch.jit`` traces (exported graphs
-hold the standard ``linear``), it is ``torch.nn.functional.linear``.
+multiply-accumulates per call (batch x in x out), ``ONEDNN_MIN_MACS_THREADED`` with several
+torch threads; ensembles (``ensemble_linear``) only with one thread. Below that, on other CPUs,
+on GPUs, in other dtypes, under autocast and while ``torch.export`` or ``torch.jit`` traces
+(exported graphs hold the standard ``linear``), it is ``torch.nn.functional.linear``.
 
 ``ROBOTRL_CPU_LINEAR=onednn|blas`` forces the choice (``auto``, the default: oneDNN on AMD CPUs
 with AVX-512 when torch has it).
@@ -28,6 +29,9 @@ from torch.nn import functional as F
 ONEDNN_MIN_MACS = 2_000_000
 """Batch x in x out from which a layer takes oneDNN's product (measured: 512 x 64 x 64, 2.1M,
 is 1.12x faster forward + backward than MKL on AMD EPYC; 512 x 17 x 128, 1.1M, 0.92x)."""
+ONEDNN_MIN_MACS_THREADED = 16_000_000
+"""The same with more than one torch thread (measured with two on 2 cores: PPO's 512 x 128 x 128
+layers lose there, 0.92x for a whole minibatch, CRL's 256 x 256 x 256 gain, 1.19-1.33x)."""
 BACKENDS = ("auto", "onednn", "blas")
 """Values of ``ROBOTRL_CPU_LINEAR``."""
 
@@ -106,6 +110,10 @@ class _OneDNNLinear(torch.autograd.Function):
         return gx, gw, gb
 
 
+def _min_macs() -> int:
+    return ONEDNN_MIN_MACS if torch.get_num_threads() == 1 else ONEDNN_MIN_MACS_THREADED
+
+
 def _tracing() -> bool:
     return (torch.jit.is_tracing() or torch.jit.is_scripting()
             or torch.compiler.is_compiling())
@@ -117,7 +125,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     out_dim, in_dim = weight.shape
     # tracing first: a size test on a traced symbolic batch would become a guard on it
     if (_tracing() or x.device.type != "cpu" or x.dtype != torch.float32
-            or weight.dtype != torch.float32 or x.numel() * out_dim < ONEDNN_MIN_MACS
+            or weight.dtype != torch.float32 or x.numel() * out_dim < _min_macs()
             or torch.is_autocast_enabled("cpu") or not onednn_enabled()):
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, in_dim)
@@ -171,7 +179,10 @@ def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -
     if (_tracing() or x.device.type != "cpu" or x.dtype != torch.float32
             or weight.dtype != torch.float32 or x.dim() not in (2, 3)
             or x.numel() * out_dim * (members if x.dim() == 2 else 1) < ONEDNN_MIN_MACS
-            or torch.is_autocast_enabled("cpu") or not onednn_enabled()):
+            # with several threads baddbmm splits the members between them: measured with
+            # two, oneDNN's per-member products took SAC's update to 0.92-0.97x
+            or torch.get_num_threads() > 1 or torch.is_autocast_enabled("cpu")
+            or not onednn_enabled()):
         if x.dim() == 2:  # the same input for every member
             x = x.expand(members, *x.shape)
         return torch.baddbmm(bias, x, weight)
