@@ -30,15 +30,9 @@ from common import banner, check, machine_meta, print_checks, write_json
 from rich.console import Console
 from rich.table import Table
 
-TASKS = ("halfcheetah", "hopper", "walker2d", "ant")
+TASKS = ("halfcheetah", "hopper", "walker2d", "ant", "humanoid")
 TARGET = 1e-3
 """Issue 20's target: one-step agreement <= 1e-3 relative (float32) on the state."""
-
-
-def state_columns(task: str, nq: int, nv: int) -> int:
-    """How many leading observation entries are positions and velocities (the root's x, and
-    Ant's y, are not observed)."""
-    return nq - (2 if task == "ant" else 1) + nv
 
 
 def quantiles(errors: torch.Tensor) -> dict[str, float]:
@@ -69,8 +63,7 @@ def agreement(task: str, steps: int, worlds: int, seed: int) -> dict[str, object
 
     floor, _ = one_step_agreement(Rounded(), E.make(task, worlds, seed=seed, num_threads=1),  # type: ignore[arg-type]
                                   steps, seed=seed)
-    model = native.task.model  # type: ignore[attr-defined]
-    cols = slice(0, state_columns(task, model.nq, model.nv))
+    cols = slice(0, native.task.state_obs_dim)  # type: ignore[attr-defined]
     return {"state": quantiles(relative_error(ours[..., cols], theirs[..., cols])),
             "observation": quantiles(relative_error(ours, theirs)),
             "floor": quantiles(relative_error(floor, theirs))}

@@ -144,3 +144,24 @@ def test_halfcheetah_loads_without_the_settotalmass_warning_and_equals_gymnasium
         np.testing.assert_array_equal(getattr(model, name), value, err_msg=name)
         compared += 1
     assert compared > 100 and float(model.body_mass.sum()) == pytest.approx(14.0)
+
+
+STATE_TASKS = ("halfcheetah", "hopper", "walker2d", "swimmer", "ant", "humanoid", "ant_umaze",
+               "humanoid_goal")
+
+
+@pytest.mark.parametrize("task", STATE_TASKS)
+def test_observation_starts_with_the_state_it_declares(task: str) -> None:
+    """``state_obs_dim`` (what the backend-agreement checks compare tightly) is the observed
+    positions then velocities, and the rest of the observation is something else."""
+    env = _make(task, 3)
+    obs = env.reset(seed=2)["policy"].double()
+    skip, dim = env.task.unobserved_qpos, env.task.state_obs_dim
+    assert skip is not None and dim == env.model.nq - skip + env.model.nv
+    state = torch.cat([env.sim.qpos[:, skip:], env.sim.qvel], dim=1)
+    torch.testing.assert_close(obs[:, :dim], state.to(obs), rtol=1e-6, atol=1e-6)
+    assert obs.shape[1] >= dim
+
+
+def test_tasks_without_a_leading_state_say_so() -> None:
+    assert make_task("reacher").state_obs_dim is None

@@ -54,12 +54,12 @@ class Ant(MujocoTask):
             if body < 0:
                 raise ValueError(f"main_body {cfg.main_body!r} is not a body of {self.xml_file}")
         self._body = int(body)
-        self._skip = 2 if cfg.exclude_current_positions_from_observation else 0
+        self.unobserved_qpos = 2 if cfg.exclude_current_positions_from_observation else 0
 
     @property
     def obs_dim(self) -> int:
         m = self.model
-        dim = m.nq - self._skip + m.nv
+        dim = m.nq - self.unobserved_qpos + m.nv
         if self.cfg.include_cfrc_ext_in_observation:
             dim += (m.nbody - 1) * 6
         return dim
@@ -83,7 +83,7 @@ class Ant(MujocoTask):
         return sim.cfrc_ext.clamp(low, high)
 
     def observe(self, sim: Sim) -> torch.Tensor:
-        parts = [sim.qpos[:, self._skip :], sim.qvel]
+        parts = [sim.qpos[:, self.unobserved_qpos :], sim.qvel]
         if self.cfg.include_cfrc_ext_in_observation:
             parts.append(self._contact_forces(sim)[:, 1:].flatten(1))
         return torch.cat(parts, dim=1)

@@ -117,6 +117,10 @@ class MujocoTask(ABC):
     """The task's config dataclass."""
     needs_cfrc_ext: ClassVar[bool] = False
     """Whether the task reads ``cfrc_ext`` as Gymnasium computes it after a step."""
+    unobserved_qpos: int | None = None
+    """Leading ``qpos`` entries the observation leaves out (the root's x, or x and y) where the
+    observation starts with ``qpos[unobserved_qpos:]`` and then ``qvel``; None where it does
+    not start with the state (see ``state_obs_dim``)."""
     heldout_options: ClassVar[dict[str, Any]] = {}
     """Task options under which resets draw held-out compositions, never seen in training (e.g.
     tabletop's unseen colour-shape instructions); the group runner evaluates on states drawn
@@ -152,6 +156,16 @@ class MujocoTask(ABC):
     @abstractmethod
     def obs_dim(self) -> int:
         """Observation length."""
+
+    @property
+    def state_obs_dim(self) -> int | None:
+        """How many leading observation entries are the simulator's state (observed positions,
+        then velocities): what backend-agreement checks hold to a tight tolerance, the rest
+        (contact forces, body inertias) being derived quantities; None where the observation
+        does not start with the state."""
+        if self.unobserved_qpos is None:
+            return None
+        return self.model.nq - self.unobserved_qpos + self.model.nv
 
     @property
     @abstractmethod

@@ -24,6 +24,7 @@ class HalfCheetah(MujocoTask):
     gym_id = "HalfCheetah-v5"
     xml_file = "half_cheetah.xml"
     frame_skip = 5
+    unobserved_qpos = 1  # the root's x
     view = View(distance=4.0, track="torso")
     config_cls = HalfCheetahConfig
     cfg: HalfCheetahConfig
@@ -46,7 +47,7 @@ class HalfCheetah(MujocoTask):
         return sim.qpos[:, 0].clone()
 
     def observe(self, sim: Sim) -> torch.Tensor:
-        return torch.cat([sim.qpos[:, 1:], sim.qvel], dim=1)
+        return torch.cat([sim.qpos[:, self.unobserved_qpos :], sim.qvel], dim=1)
 
     def rewards(self, sim: Sim, before: torch.Tensor, action: torch.Tensor) -> dict[str, torch.Tensor]:
         x_velocity = (sim.qpos[:, 0] - before) / self.dt

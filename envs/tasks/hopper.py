@@ -34,6 +34,7 @@ class Hopper(MujocoTask):
     gym_id = "Hopper-v5"
     xml_file = "hopper.xml"
     frame_skip = 4
+    unobserved_qpos = 1  # the root's x
     view = View(distance=3.0, elevation=-20.0, lookat=(0.0, 0.0, 1.15), track="torso")
     config_cls = HopperConfig
     cfg: HopperConfig
@@ -56,7 +57,8 @@ class Hopper(MujocoTask):
         return sim.qpos[:, 0].clone()
 
     def observe(self, sim: Sim) -> torch.Tensor:
-        return torch.cat([sim.qpos[:, 1:], sim.qvel.clamp(-10.0, 10.0)], dim=1)
+        qpos = sim.qpos[:, self.unobserved_qpos :]
+        return torch.cat([qpos, sim.qvel.clamp(-10.0, 10.0)], dim=1)
 
     def is_healthy(self, sim: Sim) -> torch.Tensor:
         """[N] bool: state, height and angle inside their (open) healthy ranges."""

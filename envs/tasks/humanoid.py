@@ -53,12 +53,12 @@ class Humanoid(MujocoTask):
 
     def __init__(self, cfg: HumanoidConfig, model: mujoco.MjModel) -> None:
         super().__init__(cfg, model)
-        self._skip = 2 if cfg.exclude_current_positions_from_observation else 0
+        self.unobserved_qpos = 2 if cfg.exclude_current_positions_from_observation else 0
 
     @property
     def obs_dim(self) -> int:
         m, cfg = self.model, self.cfg
-        dim = m.nq - self._skip + m.nv
+        dim = m.nq - self.unobserved_qpos + m.nv
         dim += (m.nbody - 1) * 10 * cfg.include_cinert_in_observation
         dim += (m.nbody - 1) * 6 * cfg.include_cvel_in_observation
         dim += (m.nv - 6) * cfg.include_qfrc_actuator_in_observation
@@ -86,7 +86,7 @@ class Humanoid(MujocoTask):
 
     def observe(self, sim: Sim) -> torch.Tensor:
         cfg = self.cfg
-        parts = [sim.qpos[:, self._skip :], sim.qvel]
+        parts = [sim.qpos[:, self.unobserved_qpos :], sim.qvel]
         if cfg.include_cinert_in_observation:
             parts.append(sim.cinert[:, 1:].flatten(1))
         if cfg.include_cvel_in_observation:

@@ -24,6 +24,7 @@ class Swimmer(MujocoTask):
     gym_id = "Swimmer-v5"
     xml_file = "swimmer.xml"
     frame_skip = 4
+    unobserved_qpos = 2  # the root's x and y
     view = View(distance=4.0, elevation=-60.0, track="torso")
     config_cls = SwimmerConfig
     cfg: SwimmerConfig
@@ -47,7 +48,7 @@ class Swimmer(MujocoTask):
         return sim.qpos[:, 0].clone()
 
     def observe(self, sim: Sim) -> torch.Tensor:
-        return torch.cat([sim.qpos[:, 2:], sim.qvel], dim=1)
+        return torch.cat([sim.qpos[:, self.unobserved_qpos :], sim.qvel], dim=1)
 
     def rewards(
         self, sim: Sim, before: torch.Tensor, action: torch.Tensor
