@@ -58,10 +58,9 @@ class Ant(MujocoTask):
 
     @property
     def obs_dim(self) -> int:
-        m = self.model
-        dim = m.nq - self.unobserved_qpos + m.nv
+        dim = super().obs_dim  # the state
         if self.cfg.include_cfrc_ext_in_observation:
-            dim += (m.nbody - 1) * 6
+            dim += (self.model.nbody - 1) * 6
         return dim
 
     @property

@@ -153,9 +153,15 @@ class MujocoTask(ABC):
 
 
     @property
-    @abstractmethod
     def obs_dim(self) -> int:
-        """Observation length."""
+        """Observation length. Default: the state alone (``state_obs_dim``); a task that observes
+        more than its state, or not the state, overrides it."""
+        dim = self.state_obs_dim
+        if dim is None:
+            raise NotImplementedError(f"{type(self).__name__} sets no unobserved_qpos (its "
+                                      "observation does not start with the state): it must "
+                                      "define obs_dim")
+        return dim
 
     @property
     def state_obs_dim(self) -> int | None:

@@ -30,10 +30,6 @@ class HalfCheetah(MujocoTask):
     cfg: HalfCheetahConfig
 
     @property
-    def obs_dim(self) -> int:
-        return self.model.nq - 1 + self.model.nv
-
-    @property
     def reward_terms(self) -> tuple[str, ...]:
         return ("forward", "ctrl")
 

@@ -40,10 +40,6 @@ class Hopper(MujocoTask):
     cfg: HopperConfig
 
     @property
-    def obs_dim(self) -> int:
-        return self.model.nq - 1 + self.model.nv
-
-    @property
     def reward_terms(self) -> tuple[str, ...]:
         return ("forward", "healthy", "ctrl")
 

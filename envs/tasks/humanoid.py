@@ -58,7 +58,7 @@ class Humanoid(MujocoTask):
     @property
     def obs_dim(self) -> int:
         m, cfg = self.model, self.cfg
-        dim = m.nq - self.unobserved_qpos + m.nv
+        dim = super().obs_dim  # the state
         dim += (m.nbody - 1) * 10 * cfg.include_cinert_in_observation
         dim += (m.nbody - 1) * 6 * cfg.include_cvel_in_observation
         dim += (m.nv - 6) * cfg.include_qfrc_actuator_in_observation

@@ -24,15 +24,10 @@ class Swimmer(MujocoTask):
     gym_id = "Swimmer-v5"
     xml_file = "swimmer.xml"
     frame_skip = 4
-    unobserved_qpos = 2  # the root's x and y
+    unobserved_qpos = 2  # the planar (x, y) position of the front tip
     view = View(distance=4.0, elevation=-60.0, track="torso")
     config_cls = SwimmerConfig
     cfg: SwimmerConfig
-
-    @property
-    def obs_dim(self) -> int:
-        # the planar (x, y) position of the front tip is left out
-        return self.model.nq - 2 + self.model.nv
 
     @property
     def reward_terms(self) -> tuple[str, ...]:

@@ -18,8 +18,9 @@ class EnsembleLinear(nn.Module):
     """E independent linear layers: [E, B, in] (or a shared [B, in]) -> [E, B, out].
 
     One ``baddbmm`` replaces E separate matmuls and their E kernel launches; with twin critics
-    this halves the layer calls of an update (large float32 CPU layers take one oneDNN product
-    per member instead, twice as fast as the BLAS on AMD CPUs: ``robotrl.nn.linear``). Initialized as ``nn.Linear`` (uniform in
+    this halves the layer calls of an update (with one torch thread, large float32 CPU layers
+    take one oneDNN product per member instead, twice as fast as the BLAS on AMD CPUs:
+    ``robotrl.nn.linear.ensemble_linear``). Initialized as ``nn.Linear`` (uniform in
     +-1/sqrt(in)), independently per member.
     """
 

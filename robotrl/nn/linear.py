@@ -93,7 +93,6 @@ class _OneDNNLinear(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor,  # type: ignore[override]
                 bias: torch.Tensor | None) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
         return _product(x, weight, bias)
 
     @staticmethod
@@ -106,7 +105,7 @@ class _OneDNNLinear(torch.autograd.Function):
         else:
             gx = _product(grad, weight.t(), None) if need_x else None
             gw = _product(grad.t(), x.t(), None) if need_w else None
-        gb = grad.sum(0) if need_b and ctx.has_bias else None
+        gb = grad.sum(0) if need_b else None  # False where bias is None
         return gx, gw, gb
 
 
