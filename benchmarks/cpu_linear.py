@@ -4,7 +4,8 @@
     python benchmarks/cpu_linear.py --threads 2     # as off-policy runs use both cores here
 
 Torch sends float32 CPU products to MKL, which runs its AVX2 kernels on AMD CPUs even where
-they have AVX-512; oneDNN, in the same wheel, does not. Two measurements, both choices in one
+they have AVX-512; oneDNN, in the same wheel, does not. That pays only where AVX-512 runs at
+full width (Zen 5); on Zen 4 both reach the same peak (``robotrl.nn.linear``). Two measurements, both choices in one
 process, interleaved, median of ``--repeats`` rounds (``ROBOTRL_CPU_LINEAR`` switched between
 rounds):
 
@@ -182,9 +183,10 @@ def main() -> None:
     if not lin._onednn_works():
         raise SystemExit("this torch build has no working oneDNN linear "
                          "(torch.ops.mkldnn._linear_pointwise): nothing to compare")
-    vendor, _ = lin._cpu_flags()
+    vendor, family, _ = lin._cpu_info()
     console.print(banner("float32 CPU products: BLAS vs oneDNN", f"{args.threads} thread(s)",
-                         f"oneDNN chosen by default here: {lin.onednn_enabled()} ({vendor})"))
+                         f"oneDNN chosen by default here: {lin.onednn_enabled()} "
+                         f"({vendor}, family {family})"))
     prod = products(args.repeats)
     table = Table(title="GFLOP/s per product (median)")
     table.add_column("B x in x out", no_wrap=True)
@@ -198,7 +200,7 @@ def main() -> None:
             "blas weight grad", "onednn weight grad", "numpy forward")))
     console.print(table)
     payload: dict[str, Any] = {"meta": {**machine_meta(), "threads": args.threads,
-                                        "vendor": vendor}, "products": prod}
+                                        "vendor": vendor, "family": family}, "products": prod}
     checks = [check(f"oneDNN forward >= BLAS at {r['batch']}x{r['in']}x{r['out']}",
                     round(r["gflops"]["onednn forward"] / r["gflops"]["blas forward"], 2),
                     r["gflops"]["onednn forward"] >= r["gflops"]["blas forward"])

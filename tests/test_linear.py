@@ -168,3 +168,15 @@ def test_unknown_backend_names_the_allowed_values(backend):
     backend("fast")
     with pytest.raises(ValueError, match="auto, onednn, blas"):
         lin.onednn_enabled()
+
+
+def test_auto_takes_onednn_only_where_avx512_runs_at_full_width():
+    # Zen 5 (family 26) and later: oneDNN's AVX-512 doubles MKL's AVX2 peak; Zen 4 (family 25)
+    # splits AVX-512 in two halves, so both reach the same peak and oneDNN's fixed cost loses
+    avx512 = {"fma", "avx2", "avx512f"}
+    assert lin.full_width_avx512("AuthenticAMD", 26, avx512)
+    assert lin.full_width_avx512("AuthenticAMD", 27, avx512)
+    assert not lin.full_width_avx512("AuthenticAMD", 25, avx512)
+    assert not lin.full_width_avx512("AuthenticAMD", 26, {"fma", "avx2"})
+    assert not lin.full_width_avx512("GenuineIntel", 6, avx512)  # MKL takes AVX-512 itself
+    assert not lin.full_width_avx512("", -1, set())  # /proc/cpuinfo unreadable

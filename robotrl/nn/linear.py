@@ -1,19 +1,24 @@
 """Dense layers whose large float32 CPU products run on oneDNN instead of torch's BLAS.
 
 Torch sends a float32 CPU matmul to its BLAS, MKL in the official wheels. MKL takes its AVX-512
-kernels only on Intel CPUs: on an AMD CPU with AVX-512 (Zen 4 and later) it runs its AVX2 path,
-105-111 GFLOP/s on one core of our AMD EPYC machines, where oneDNN (also in every x86 wheel, as
-``torch.ops.mkldnn``) reaches 200-250 GFLOP/s on the same products, exact float32 arithmetic
-both (``benchmarks/cpu_linear.py``). ``Linear`` is an ``nn.Linear`` (same parameters, same
-state dict) whose forward and backward take oneDNN's products on such CPUs, for layers large
-enough that its fixed cost per call (~40 us with autograd) is repaid: ``ONEDNN_MIN_MACS``
+kernels only on Intel CPUs: on an AMD CPU it runs its AVX2 path. Where the CPU executes AVX-512
+at full width (AMD Zen 5, CPU family 26 and later) that path is half the core's float32 peak:
+105-113 GFLOP/s on one core of the AMD EPYC the product tables were first measured on, where
+oneDNN (also in every x86 wheel, as ``torch.ops.mkldnn``) reached 155-250 GFLOP/s on the same
+products, exact float32 arithmetic both (``benchmarks/cpu_linear.py``). Zen 4 (family 25)
+splits each AVX-512 instruction into two 256-bit halves, so there MKL's AVX2 path is already
+at the peak: on a Zen 4 EPYC (family 25, model 17) both reached 100-110 GFLOP/s, and oneDNN's
+fixed cost per call made whole updates slower (PPO's minibatch 0.83x, SAC 0.93x, CRL 0.98x).
+``Linear`` is an ``nn.Linear`` (same parameters, same state dict) whose forward and backward
+take oneDNN's products on AMD CPUs of family 26 or later with AVX-512, for layers large enough
+that its fixed cost per call (~40 us with autograd) is repaid: ``ONEDNN_MIN_MACS``
 multiply-accumulates per call (batch x in x out), ``ONEDNN_MIN_MACS_THREADED`` with several
 torch threads; ensembles (``ensemble_linear``) only with one thread. Below that, on other CPUs,
 on GPUs, in other dtypes, under autocast and while ``torch.export`` or ``torch.jit`` traces
 (exported graphs hold the standard ``linear``), it is ``torch.nn.functional.linear``.
 
 ``ROBOTRL_CPU_LINEAR=onednn|blas`` forces the choice (``auto``, the default: oneDNN on AMD CPUs
-with AVX-512 when torch has it).
+of ``ONEDNN_MIN_FAMILY`` or later with AVX-512, when torch has it).
 """
 
 from __future__ import annotations
@@ -32,26 +37,38 @@ is 1.12x faster forward + backward than MKL on AMD EPYC; 512 x 17 x 128, 1.1M, 0
 ONEDNN_MIN_MACS_THREADED = 16_000_000
 """The same with more than one torch thread (measured with two on 2 cores: PPO's 512 x 128 x 128
 layers lose there, 0.92x for a whole minibatch, CRL's 256 x 256 x 256 gain, 1.19-1.33x)."""
+ONEDNN_MIN_FAMILY = 26
+"""The first AMD CPU family (Zen 5) whose AVX-512 runs at full width; ``auto`` picks oneDNN there
+(on Zen 4, family 25, it measured no faster than MKL per product and slower per update)."""
 BACKENDS = ("auto", "onednn", "blas")
 """Values of ``ROBOTRL_CPU_LINEAR``."""
 
 
-def _cpu_flags() -> tuple[str, set[str]]:
-    """(vendor id, feature flags) of the first CPU in ``/proc/cpuinfo``; empty where unreadable."""
+def _cpu_info() -> tuple[str, int, set[str]]:
+    """(vendor id, CPU family, feature flags) of the first CPU in ``/proc/cpuinfo``; empty (and
+    family -1) where unreadable."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return "", set()
-    vendor, flags = "", set()
+        return "", -1, set()
+    vendor, family, flags = "", -1, set()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
         if key == "vendor_id" and not vendor:
             vendor = value.strip()
+        elif key == "cpu family" and family < 0:
+            family = int(value) if value.strip().isdigit() else -1
         elif key == "flags":
             flags = set(value.split())
             break
-    return vendor, flags
+    return vendor, family, flags
+
+
+def full_width_avx512(vendor: str, family: int, flags: set[str]) -> bool:
+    """Whether ``auto`` takes oneDNN on this CPU: AMD, family ``ONEDNN_MIN_FAMILY`` or later,
+    AVX-512 (see the module docstring; Intel CPUs get AVX-512 from MKL itself)."""
+    return vendor == "AuthenticAMD" and family >= ONEDNN_MIN_FAMILY and "avx512f" in flags
 
 
 def _onednn_works() -> bool:
@@ -75,8 +92,7 @@ def onednn_enabled() -> bool:
     if choice == "blas":
         return False
     if choice == "auto":
-        vendor, flags = _cpu_flags()
-        if vendor != "AuthenticAMD" or "avx512f" not in flags:
+        if not full_width_avx512(*_cpu_info()):
             return False
     return _onednn_works()
 
