@@ -180,3 +180,32 @@ def test_auto_takes_onednn_only_where_avx512_runs_at_full_width():
     assert not lin.full_width_avx512("AuthenticAMD", 26, {"fma", "avx2"})
     assert not lin.full_width_avx512("GenuineIntel", 6, avx512)  # MKL takes AVX-512 itself
     assert not lin.full_width_avx512("", -1, set())  # /proc/cpuinfo unreadable
+
+
+@pytest.mark.parametrize("shape", [(512, 11, 128), (256, 23, 256), (8, 16, 5, 12)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layers_with_few_inputs_orient_the_weight_gradient_and_keep_the_forward(backend, shape,
+                                                                                 bias):
+    # in <= out / 2: the weight's gradient is (x^T grad)^T, MKL's fast orientation; the
+    # forward is F.linear's product bit for bit and every gradient agrees with F.linear's
+    backend("blas")
+    torch.manual_seed(0)
+    *lead, n_in, n_out = shape
+    x = torch.randn(*lead, n_in, requires_grad=True)
+    w = torch.randn(n_out, n_in, requires_grad=True)
+    b = torch.randn(n_out, requires_grad=True) if bias else None
+    grad = torch.randn(*lead, n_out)
+    ours, ref = linear(x, w, b), F.linear(x, w, b)
+    assert torch.equal(ours, ref)
+    params = [x, w] + ([b] if bias else [])
+    got = torch.autograd.grad(ours, params, grad)
+    want = torch.autograd.grad(ref, params, grad)
+    for g, r in zip(got, want, strict=True):
+        assert g.shape == r.shape
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
+    x2, g2 = x.detach().reshape(-1, n_in), grad.reshape(-1, n_out)
+    assert torch.equal(got[1], (x2.t() @ g2).t())  # the orientation, not grad^T x
+    with torch.no_grad():  # acting: nothing to orient
+        assert torch.equal(linear(x, w, b), F.linear(x, w, b))
+    one = x.detach()[(0,) * len(lead[:-1])][:2]  # 2 rows: F.linear itself
+    assert torch.equal(linear(one, w, b), F.linear(one, w, b))

@@ -14,7 +14,9 @@ take oneDNN's products on AMD CPUs of family 26 or later with AVX-512, for layer
 that its fixed cost per call (~40 us with autograd) is repaid: ``ONEDNN_MIN_MACS``
 multiply-accumulates per call (batch x in x out), ``ONEDNN_MIN_MACS_THREADED`` with several
 torch threads; ensembles (``ensemble_linear``) only with one thread. Below that, on other CPUs,
-on GPUs, in other dtypes, under autocast and while ``torch.export`` or ``torch.jit`` traces
+in other dtypes, it is torch's BLAS, with one change for layers with few inputs (a network's
+first layer): their weight gradient is computed in the orientation MKL is fast at
+(``_skinny_input``). On GPUs, under autocast and while ``torch.export`` or ``torch.jit`` traces
 (exported graphs hold the standard ``linear``), it is ``torch.nn.functional.linear``.
 
 ``ROBOTRL_CPU_LINEAR=onednn|blas`` forces the choice (``auto``, the default: oneDNN on AMD CPUs
@@ -40,6 +42,10 @@ layers lose there, 0.92x for a whole minibatch, CRL's 256 x 256 x 256 gain, 1.19
 ONEDNN_MIN_FAMILY = 26
 """The first AMD CPU family (Zen 5) whose AVX-512 runs at full width; ``auto`` picks oneDNN there
 (on Zen 4, family 25, it measured no faster than MKL per product and slower per update)."""
+SKINNY_MIN_ROWS = 64
+"""Rows (batch) from which a layer with few inputs orients its weight gradient
+(``_skinny_input``); smaller batches gain nothing, and below 4 rows MKL's forward product of
+the copied weight rounds differently from F.linear's."""
 BACKENDS = ("auto", "onednn", "blas")
 """Values of ``ROBOTRL_CPU_LINEAR``."""
 
@@ -136,20 +142,46 @@ def _tracing() -> bool:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``: ``x [..., in]``, ``weight [out, in]`` -> ``[..., out]``,
-    on oneDNN where that is faster (see the module docstring), else ``F.linear`` itself."""
+    on oneDNN where that is faster (see the module docstring), else torch's BLAS, with the
+    weight's gradient oriented as that BLAS computes it fastest (``_skinny_input``)."""
     out_dim, in_dim = weight.shape
     # tracing first: a size test on a traced symbolic batch would become a guard on it
-    if (_tracing() or x.device.type != "cpu" or x.dtype != torch.float32
-            or weight.dtype != torch.float32 or x.numel() * out_dim < _min_macs()
-            or torch.is_autocast_enabled("cpu") or not onednn_enabled()):
+    if _tracing() or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return F.linear(x, weight, bias)
     flat = x.reshape(-1, in_dim)
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
-                                    or (bias is not None and bias.requires_grad)):
-        out = _OneDNNLinear.apply(flat, weight, bias)
+    if (x.dtype == weight.dtype == torch.float32 and x.numel() * out_dim >= _min_macs()
+            and onednn_enabled()):
+        if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                        or (bias is not None and bias.requires_grad)):
+            out = _OneDNNLinear.apply(flat, weight, bias)
+        else:
+            out = _product(flat, weight, bias)
+    elif (in_dim * 2 <= out_dim and flat.shape[0] >= SKINNY_MIN_ROWS and weight.requires_grad
+          and torch.is_grad_enabled()):
+        out = _skinny_input(flat, weight, bias)
     else:
-        out = _product(flat, weight, bias)
+        return F.linear(x, weight, bias)
     return out.reshape(*x.shape[:-1], out_dim)
+
+
+def _skinny_input(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+                  ) -> torch.Tensor:
+    """``F.linear`` of a layer with few inputs (in <= out / 2, a network's first layer), written
+    so that autograd computes the weight's gradient as ``(x^T grad)^T`` rather than
+    ``grad^T x``.
+
+    MKL's product for ``grad^T x`` ([out, B] x [B, in]) is slow when its result has few
+    columns: PPO's Hopper input layer (B 512, in 11, out 128) took 115 us, the transposed product
+    ([in, B] x [B, out]) 28 us; 1.5-5x across the first layers of PPO, SAC and CRL, 0.2-0.9x the
+    other way round, hence only for in <= out / 2 (``benchmarks/README.md``, "Where the rest
+    goes"). F.linear multiplies by the view ``weight.t()``, and autograd returns a gradient in
+    its operand's layout, i.e. computes ``grad^T x``; a contiguous copy of ``weight.t()`` (in x
+    out numbers, small for such layers) makes that operand row-major. The forward product is
+    the same (bit for bit on MKL from 4 rows; used from ``SKINNY_MIN_ROWS``:
+    ``tests/test_linear.py``).
+    """
+    wt = weight.t().contiguous()
+    return torch.addmm(bias, x, wt) if bias is not None else x @ wt
 
 
 class _OneDNNEnsembleLinear(torch.autograd.Function):
