@@ -34,6 +34,7 @@ from robotrl.cli.build import build_env, build_runner
 from robotrl.cli.train import check_overrides, hydra_overrides, resolve_config, save_config
 from robotrl.config import TrainConfig, from_dict, to_dict, validate
 from robotrl.envs.registry import task_class
+from robotrl.nn.linear import cpu_fields
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.runners.base import Runner
 from robotrl.runners.evaluation import PolicyFn, evaluate
@@ -48,20 +49,13 @@ COLOURS = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}
 
 # ---------------------------------------------------------------------------- the machine
 def cpu_name() -> str:
-    """The CPU model from /proc/cpuinfo with its family and model numbers (``AMD EPYC (family
-    25, model 17)``: virtual machines often hide the marketing name, and the generation decides
-    which float32 kernels are fastest, ``robotrl.nn.linear``), else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            fields: dict[str, str] = {}
-            for line in f:
-                key, _, value = line.partition(":")
-                if not key.strip():
-                    break  # the first CPU's block ends
-                fields.setdefault(key.strip(), value.strip())
-        name = fields["model name"]
-    except (OSError, KeyError):
+    """The CPU model with its family and model numbers (``AMD EPYC (family 25, model 17)``:
+    virtual machines often hide the marketing name, and the generation decides which float32
+    kernels are fastest, ``robotrl.nn.linear``), else what ``platform`` knows."""
+    fields = cpu_fields()
+    if "model name" not in fields:
         return platform.processor() or platform.machine()
+    name = fields["model name"]
     if "cpu family" in fields and "model" in fields:
         name += f" (family {fields['cpu family']}, model {fields['model']})"
     return name

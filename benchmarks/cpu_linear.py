@@ -5,9 +5,9 @@
 
 Torch sends float32 CPU products to MKL, which runs its AVX2 kernels on AMD CPUs even where
 they have AVX-512; oneDNN, in the same wheel, does not. That pays only where AVX-512 runs at
-full width (Zen 5); on Zen 4 both reach the same peak (``robotrl.nn.linear``). Two measurements, both choices in one
-process, interleaved, median of ``--repeats`` rounds (``ROBOTRL_CPU_LINEAR`` switched between
-rounds):
+full width (Zen 5); on Zen 4 both reach the same peak (``robotrl.nn.linear``). Two
+measurements, both choices in one process, interleaved, median of ``--repeats`` rounds
+(``ROBOTRL_CPU_LINEAR`` switched between rounds):
 
 * ``products``: GFLOP/s of one product ``[B, in] x [in, out]``, forward (``F.linear`` against
   oneDNN's linear) and the two backward products, with NumPy's BLAS (OpenBLAS in its wheels) as

@@ -8,7 +8,8 @@ oneDNN (also in every x86 wheel, as ``torch.ops.mkldnn``) reached 155-250 GFLOP/
 products, exact float32 arithmetic both (``benchmarks/cpu_linear.py``). Zen 4 (family 25)
 splits each AVX-512 instruction into two 256-bit halves, so there MKL's AVX2 path is already
 at the peak: on a Zen 4 EPYC (family 25, model 17) both reached 100-110 GFLOP/s, and oneDNN's
-fixed cost per call made whole updates slower (PPO's minibatch 0.83x, SAC 0.93x, CRL 0.98x).
+fixed cost per call made whole updates slower (PPO's minibatch 0.83-0.84x, SAC 0.90-0.93x,
+CRL 0.98x).
 ``Linear`` is an ``nn.Linear`` (same parameters, same state dict) whose forward and backward
 take oneDNN's products on AMD CPUs of family 26 or later with AVX-512, for layers large enough
 that its fixed cost per call (~40 us with autograd) is repaid: ``ONEDNN_MIN_MACS``
@@ -50,25 +51,29 @@ BACKENDS = ("auto", "onednn", "blas")
 """Values of ``ROBOTRL_CPU_LINEAR``."""
 
 
-def _cpu_info() -> tuple[str, int, set[str]]:
-    """(vendor id, CPU family, feature flags) of the first CPU in ``/proc/cpuinfo``; empty (and
-    family -1) where unreadable."""
+def cpu_fields() -> dict[str, str]:
+    """The first CPU's block of ``/proc/cpuinfo`` (``vendor_id``, ``cpu family``, ``model``,
+    ``model name``, ``flags``, ...); empty where unreadable."""
+    fields: dict[str, str] = {}
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return "", -1, set()
-    vendor, family, flags = "", -1, set()
+        return fields
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "vendor_id" and not vendor:
-            vendor = value.strip()
-        elif key == "cpu family" and family < 0:
-            family = int(value) if value.strip().isdigit() else -1
-        elif key == "flags":
-            flags = set(value.split())
-            break
-    return vendor, family, flags
+        if not key.strip():
+            break  # the first CPU's block ends
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def _cpu_info() -> tuple[str, int, set[str]]:
+    """(vendor id, CPU family, feature flags) of the first CPU; empty (and family -1) where
+    ``/proc/cpuinfo`` is unreadable."""
+    fields = cpu_fields()
+    family = fields.get("cpu family", "")
+    return (fields.get("vendor_id", ""), int(family) if family.isdigit() else -1,
+            set(fields.get("flags", "").split()))
 
 
 def full_width_avx512(vendor: str, family: int, flags: set[str]) -> bool:
