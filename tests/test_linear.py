@@ -182,6 +182,7 @@ def test_auto_takes_onednn_only_where_avx512_runs_at_full_width():
     assert not lin.full_width_avx512("", -1, set())  # /proc/cpuinfo unreadable
 
 
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="the orientation is MKL's")
 @pytest.mark.parametrize("shape", [(512, 11, 128), (256, 23, 256), (8, 16, 5, 12)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_layers_with_few_inputs_orient_the_weight_gradient_and_keep_the_forward(backend, shape,

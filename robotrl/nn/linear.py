@@ -15,8 +15,8 @@ take oneDNN's products on AMD CPUs of family 26 or later with AVX-512, for layer
 that its fixed cost per call (~40 us with autograd) is repaid: ``ONEDNN_MIN_MACS``
 multiply-accumulates per call (batch x in x out), ``ONEDNN_MIN_MACS_THREADED`` with several
 torch threads; ensembles (``ensemble_linear``) only with one thread. Below that, on other CPUs,
-in other dtypes, it is torch's BLAS, with one change for layers with few inputs (a network's
-first layer): their weight gradient is computed in the orientation MKL is fast at
+in other dtypes, it is torch's BLAS, with one change on MKL for layers with few inputs (a
+network's first layer): their weight gradient is computed in the orientation MKL is fast at
 (``_skinny_input``). On GPUs, under autocast and while ``torch.export`` or ``torch.jit`` traces
 (exported graphs hold the standard ``linear``), it is ``torch.nn.functional.linear``.
 
@@ -162,11 +162,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         else:
             out = _product(flat, weight, bias)
     elif (in_dim * 2 <= out_dim and flat.shape[0] >= SKINNY_MIN_ROWS and weight.requires_grad
-          and torch.is_grad_enabled()):
+          and torch.is_grad_enabled() and _mkl()):
         out = _skinny_input(flat, weight, bias)
     else:
         return F.linear(x, weight, bias)
     return out.reshape(*x.shape[:-1], out_dim)
+
+
+@functools.cache
+def _mkl() -> bool:
+    """Whether torch's CPU products go to MKL (x86 wheels; ARM wheels use another BLAS, for which
+    the weight-gradient orientation was not measured)."""
+    return torch.backends.mkl.is_available()
 
 
 def _skinny_input(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
@@ -178,8 +185,8 @@ def _skinny_input(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     MKL's product for ``grad^T x`` ([out, B] x [B, in]) is slow when its result has few
     columns: PPO's Hopper input layer (B 512, in 11, out 128) took 115 us, the transposed product
     ([in, B] x [B, out]) 28 us; 1.5-5x across the first layers of PPO, SAC and CRL, 0.2-0.9x the
-    other way round, hence only for in <= out / 2 (``benchmarks/README.md``, "Where the rest
-    goes"). F.linear multiplies by the view ``weight.t()``, and autograd returns a gradient in
+    other way round, hence only for in <= out / 2 and only on MKL (``benchmarks/README.md``, "A
+    first layer's weight gradient"). F.linear multiplies by the view ``weight.t()``, and autograd returns a gradient in
     its operand's layout, i.e. computes ``grad^T x``; a contiguous copy of ``weight.t()`` (in x
     out numbers, small for such layers) makes that operand row-major. The forward product is
     the same (bit for bit on MKL from 4 rows; used from ``SKINNY_MIN_ROWS``:
