@@ -153,18 +153,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     # tracing first: a size test on a traced symbolic batch would become a guard on it
     if _tracing() or x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
         return F.linear(x, weight, bias)
-    flat = x.reshape(-1, in_dim)
     if (x.dtype == weight.dtype == torch.float32 and x.numel() * out_dim >= _min_macs()
             and onednn_enabled()):
+        flat = x.reshape(-1, in_dim)
         if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                         or (bias is not None and bias.requires_grad)):
             out = _OneDNNLinear.apply(flat, weight, bias)
         else:
             out = _product(flat, weight, bias)
-    elif (in_dim * 2 <= out_dim and flat.shape[0] >= SKINNY_MIN_ROWS and weight.requires_grad
-          and torch.is_grad_enabled() and _mkl()):
-        out = _skinny_input(flat, weight, bias)
-    else:
+    elif (in_dim * 2 <= out_dim and x.numel() >= SKINNY_MIN_ROWS * in_dim
+          and weight.requires_grad and torch.is_grad_enabled() and _mkl()):
+        out = _skinny_input(x.reshape(-1, in_dim), weight, bias)
+    else:  # acting and everything else: no reshape, no extra op
         return F.linear(x, weight, bias)
     return out.reshape(*x.shape[:-1], out_dim)
 
