@@ -45,6 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from robotrl.algos.crl import CRL, CRLConfig
+from robotrl.checkpoint import load_checkpoint
 from robotrl.envs import make
 
 console = Console()
@@ -116,7 +117,7 @@ def learn_one(args: argparse.Namespace, depth: int, seed: int) -> dict[str, Any]
         run, f"depth {depth} seed {seed}")
     if failed:
         raise RuntimeError(f"CRL depth {depth} seed {seed} failed")
-    ckpt = torch.load(run / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+    ckpt = load_checkpoint(run / "checkpoints" / "last.pt")
     curve = [{"step": e["step"], "seconds": e["seconds"], "success": e["success"]}
              for e in ckpt["evaluations"]]
     console.print(f"depth {depth:>3} seed {seed}: success {curve[-1]['success']:.2f} at "

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+from robotrl.checkpoint import load_checkpoint
 
 CORES = os.cpu_count() or 1
 ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}
@@ -52,7 +52,7 @@ def _train(args: list[str], procs: int, run_dir: Path, timeout: int = 1800) -> f
 
 
 def _rates(run_dir: Path, algo: str) -> dict[str, float]:
-    ckpt = torch.load(run_dir / "checkpoints" / "last.pt", map_location="cpu", weights_only=False)
+    ckpt = load_checkpoint(run_dir / "checkpoints" / "last.pt")
     seconds = float(ckpt["train_seconds"])
     cfg = ckpt["config"]["algo"]
     updates = (ckpt["algo"]["counters"][1] if algo != "ppo"  # PPO: epochs x minibatches

@@ -44,6 +44,7 @@ import numpy as np
 from common import banner, machine_meta, train_subprocess, write_json
 from rich.console import Console
 
+from robotrl.checkpoint import load_checkpoint
 from robotrl.stats import mean_interval
 
 console = Console()
@@ -102,7 +103,6 @@ def collect(args: argparse.Namespace, out: Path) -> Path:
 
 def run_seed(args: argparse.Namespace, seed: int, demos: Path, out: Path) -> dict[str, Any]:
     """BC then GRPO for one seed; the GRPO run's evaluations."""
-    import torch
 
     common = [f"seed={seed}", "policy=vla", *args.policy, "torch_threads=1",
               "logger.progress=false"]
@@ -121,12 +121,10 @@ def run_seed(args: argparse.Namespace, seed: int, demos: Path, out: Path) -> dic
          *args.grpo], grpo_dir, f"grpo seed {seed}")
     if failed:
         raise RuntimeError(f"GRPO seed {seed} failed")
-    ckpt = torch.load(grpo_dir / "checkpoints" / "last.pt", map_location="cpu",
-                      weights_only=False)
+    ckpt = load_checkpoint(grpo_dir / "checkpoints" / "last.pt")
     # the runs' own training time, summed over resumes (this call's wall time is only the
     # resumed part when an earlier invocation finished the run)
-    bc_s = float(torch.load(bc_dir / "checkpoints" / "last.pt", map_location="cpu",
-                            weights_only=False)["train_seconds"])
+    bc_s = float(load_checkpoint(bc_dir / "checkpoints" / "last.pt")["train_seconds"])
     grpo_s = float(ckpt["train_seconds"])
     curve = [{"step": e["step"], "train": e["success"],
               **{name: e[key] for name, key in SETS.items()}} for e in ckpt["evaluations"]]

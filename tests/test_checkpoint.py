@@ -39,17 +39,24 @@ def test_corrupt_and_missing(tmp_path: Path) -> None:
         load_checkpoint(truncated)
 
 
-def test_exception_during_save_keeps_previous(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disk_full_during_save_keeps_previous(tmp_path: Path) -> None:
+    """A process whose file-size limit (RLIMIT_FSIZE, the disk filling up) stops a checkpoint
+    half-written keeps the previous checkpoint intact, leaves no temp file and says why."""
     path = save_checkpoint(tmp_path / "last.pt", {"version": 1})
-
-    def broken_save(obj: object, f: object) -> None:
-        f.write(b"partial garbage")  # type: ignore[attr-defined]
-        raise OSError("disk full")
-
-    monkeypatch.setattr(torch, "save", broken_save)
-    with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(path, {"version": 2})
-    monkeypatch.undo()
+    script = textwrap.dedent(f"""
+        import resource, signal, sys, torch
+        from robotrl.checkpoint import save_checkpoint
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+        try:
+            save_checkpoint({str(path)!r}, {{"blob": torch.zeros(1 << 20), "version": 2}})
+        except Exception as err:
+            sys.exit(f"{{type(err).__name__}}: {{err}}")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert "CheckpointError" in proc.stderr and "File too large" in proc.stderr, proc.stderr
+    assert "previous checkpoint there, if any, is unchanged" in proc.stderr
     assert load_checkpoint(path)["version"] == 1
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 

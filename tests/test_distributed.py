@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from robotrl.checkpoint import load_checkpoint
 from robotrl.distributed import Rank, rank_path
 
 ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}
@@ -39,7 +40,7 @@ def _tensors(tree: Any, prefix: str = "") -> dict[str, torch.Tensor]:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return load_checkpoint(path)
 
 
 # per-world state (PPO's running discounted return of each world, SAC's replay of its own

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from robotrl.bench_report import summarize
+from robotrl.checkpoint import load_checkpoint
 from robotrl.cli.offline_bench import offline_bench_main, run_dir
 from robotrl.data import DatasetCard, save_hdf5
 from robotrl.data.collect import collect
@@ -56,7 +57,7 @@ def test_interrupted_benchmark_resumes_without_redoing_runs(pendulum, tmp_path, 
         assert (runs[key] / "ope.json").exists(), key
     cut = runs[("td3bc", 1)]
     assert not (cut / "result.json").exists()
-    assert torch.load(cut / "checkpoints" / "last.pt", weights_only=False)["global_step"] == 100
+    assert load_checkpoint(cut / "checkpoints" / "last.pt")["global_step"] == 100
     before = {k: (r / "checkpoints" / "last.pt").stat().st_mtime_ns for k, r in runs.items()}
     # the second invocation runs its jobs in 2 processes through the joblib launcher
     offline_bench_main(args(pendulum, out, "launcher=joblib", "jobs=2"))

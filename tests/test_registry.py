@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from robotrl import registry
+from robotrl.checkpoint import load_checkpoint
 from robotrl.cli.build import build_algo, build_runner
 from robotrl.config import TrainConfig, from_dict, to_dict
 from robotrl.envs.base import EnvSpec
@@ -117,7 +118,7 @@ def test_tiny_algorithm_trains_through_the_build_path(tiny: str, tmp_path: Path)
     final = runner.train()
     assert runner.alg.updates == 3 and "loss/policy" in runner.history[-1]
     assert final is not None and final["episodes"] == 2
-    ckpt = torch.load(tmp_path / "checkpoints" / "last.pt", weights_only=False)
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     restored = build_algo(cfg, runner.env.spec, ckpt["algo"])
     assert restored.updates == 3
     obs = torch.randn(5, 4)

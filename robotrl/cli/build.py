@@ -75,12 +75,13 @@ def build_algo(cfg: TrainConfig, spec: EnvSpec, state: dict[str, Any] | None = N
 
 def load_run(checkpoint: str, device: str = "cpu") -> tuple[TrainConfig, dict[str, Any]]:
     """(run config with ``device`` set, checkpoint contents) of a trained run, for the commands
-    that use a checkpoint's policy; a missing or corrupt file exits with the reason."""
+    that use a checkpoint's policy; a missing or corrupt file raises ``CheckpointError``."""
+    ckpt = load_checkpoint(checkpoint, required=("config", "algo"))  # the CLI: exit 2
     try:
-        ckpt = load_checkpoint(checkpoint, required=("config", "algo"))
-    except CheckpointError as err:
-        raise SystemExit(f"error: {err}") from None
-    cfg = from_dict(TrainConfig, ckpt["config"])
+        cfg = from_dict(TrainConfig, ckpt["config"])
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"checkpoint {checkpoint!r} holds an invalid config: {err}"
+                              ) from None
     cfg.device = device
     return cfg, ckpt
 

@@ -1,10 +1,23 @@
 """``robotrl`` console command: ``train`` (Hydra), ``eval``, ``demo``, ``export``, ``deploy``,
-``gap``, ``dataset``, ``offline-bench``, ``ope``."""
+``gap``, ``dataset``, ``offline-bench``, ``ope``, ``checkpoint``.
+
+Every command refuses bad input with one line naming the problem and exit status 2.
+"""
 
 from __future__ import annotations
 
 import importlib
 import sys
+
+BAD_INPUT: tuple[tuple[str, str], ...] = (("robotrl.checkpoint", "CheckpointError"),
+                                          ("robotrl.data.dataset", "DatasetError"))
+"""Errors that mean a file the user named is unusable: one line and exit 2, no traceback
+(looked up among the loaded modules: a command that raised one has imported it)."""
+
+
+def _bad_input(err: Exception) -> bool:
+    kinds = [getattr(sys.modules.get(module), name, None) for module, name in BAD_INPUT]
+    return any(isinstance(kind, type) and isinstance(err, kind) for kind in kinds)
 
 USAGE = """usage: robotrl <command> [key=value ...]
 
@@ -35,6 +48,8 @@ commands:
                  [jobs=2] [out=runs/offline-bench] [run=false: report only]
   ope     estimate a checkpoint's value from a dataset alone (fitted Q evaluation):
           robotrl ope checkpoint=PATH dataset=ID [updates=10000] [gamma=0.99] [simulate=true]
+  checkpoint upgrade PATH   convert a checkpoint of robotrl's earlier pickle format, which
+          can run code when loaded (trusts the file: your own runs only)
 """
 
 COMMANDS: dict[str, str] = {
@@ -47,6 +62,7 @@ COMMANDS: dict[str, str] = {
     "dataset": "robotrl.cli.dataset:dataset_main",
     "offline-bench": "robotrl.cli.offline_bench:offline_bench_main",
     "ope": "robotrl.cli.ope:ope_main",
+    "checkpoint": "robotrl.cli.checkpoint:checkpoint_main",
 }
 """Command -> "module:function(argv)", imported only when that command runs."""
 
@@ -62,7 +78,18 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE, file=sys.stderr)
         raise SystemExit(2)
     module, function = COMMANDS[command].split(":")
-    getattr(importlib.import_module(module), function)(rest)
+    try:
+        getattr(importlib.import_module(module), function)(rest)
+    except SystemExit as stop:
+        if not isinstance(stop.code, str):
+            raise
+        print(stop.code, file=sys.stderr)  # a refusal with its reason: bad input, exit 2
+        raise SystemExit(2) from None
+    except Exception as err:
+        if not _bad_input(err):
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -217,12 +217,15 @@ def run_training(cfg: TrainConfig) -> dict[str, float] | None:
     import torch
 
     from robotrl import distributed
+    from robotrl.checkpoint import run_lock
 
     validate(cfg)
     torch.set_num_threads(cfg.torch_threads or os.cpu_count() or 1)
     rank = distributed.init(cfg.device) if cfg.distributed else distributed.current()
     try:
-        return _train(cfg, rank)
+        # rank 0 owns the run directory: a second run pointed at it is refused (RunLocked)
+        with run_lock(cfg.run_dir) if rank.main else contextlib.nullcontext():
+            return _train(cfg, rank)
     finally:
         if cfg.distributed:
             distributed.shutdown()
@@ -303,12 +306,15 @@ def train_main(argv: list[str]) -> None:
         """Exit 2 naming the problem; the run directory Hydra made for it goes if empty."""
         print(f"{kind} error: {err}", file=sys.stderr)
         with contextlib.suppress(OSError):
+            if [p.name for p in Path(run_dir).iterdir()] == [".lock"]:  # released run lock
+                (Path(run_dir) / ".lock").unlink()
             Path(run_dir).rmdir()  # only ever removes an empty directory
         raise SystemExit(2) from None
 
     @hydra.main(config_path="pkg://robotrl.configs", config_name="train", version_base="1.3")
     def _hydra_entry(dcfg: DictConfig) -> float:
         """One run; returns the sweep objective (``robotrl.cli.sweep.objective``)."""
+        from robotrl.checkpoint import CheckpointError, RunLocked
         from robotrl.cli.sweep import objective, record_job
         from robotrl.data import DatasetError
         from robotrl.video import VideoUnavailable
@@ -317,12 +323,19 @@ def train_main(argv: list[str]) -> None:
         try:
             cfg = resolve_config(composed, overrides)
             validate(cfg)
+        except CheckpointError as err:  # resume= names a missing, corrupt or foreign file
+            refuse("checkpoint", err, str(composed.get("run_dir", "")))
         except (ConfigError, ValueError, TypeError) as err:
             refuse("config", err, str(composed.get("run_dir", "")))
         try:
             result = run_training(cfg)
         except DatasetError as err:  # found when the data is read: nothing written yet
             refuse("dataset", err, cfg.run_dir)
+        except RunLocked as err:  # the directory is another run's: touch nothing there
+            print(f"run error: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except CheckpointError as err:  # unreadable resume=, or unwritable (disk full)
+            refuse("checkpoint", err, cfg.run_dir)
         except VideoUnavailable as err:  # logger.video=true where videos cannot be made
             refuse("video", err, cfg.run_dir)
         if result is not None or not cfg.distributed:  # data-parallel: rank 0 speaks for it

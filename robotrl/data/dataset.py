@@ -75,9 +75,52 @@ class DatasetCard:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> DatasetCard:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+    def from_dict(cls, data: Any, where: str = "dataset card") -> DatasetCard:
+        """A card from its ``to_dict`` form; unknown keys are ignored (cards written by later
+        versions), a field of the wrong type raises ``DatasetError`` naming it."""
+        if not isinstance(data, dict):
+            raise DatasetError(f"{where}: a dataset card is a JSON object, got "
+                               f"{type(data).__name__}")
+        out = {}
+        for key, value in data.items():
+            if key not in CARD_TYPES:
+                continue
+            if not _card_value_ok(key, value):
+                kind = " or ".join(t.__name__ for t in CARD_TYPES[key])
+                null = " or null" if key in OPTIONAL_CARD_FIELDS else ""
+                raise DatasetError(f"{where}: card field {key!r} must be {kind}{null}, got "
+                                   f"{value!r:.80}")
+            numeric = CARD_TYPES[key] == (int, float) and value is not None
+            out[key] = float(value) if numeric else value
+        if "task" not in out:
+            out["task"] = ""
+        return cls(**out)
+
+
+CARD_TYPES: dict[str, tuple[type, ...]] = {
+    "task": (str,), "dataset_id": (str,), "kind": (str,), "policy": (str,),
+    "policy_return": (int, float), "action_noise": (int, float), "seed": (int,),
+    "ref_min_score": (int, float), "ref_max_score": (int, float), "source": (str,),
+    "observations": (list,), "task_options": (dict,),
+}
+"""JSON types of each ``DatasetCard`` field (checked when a card is read from a file)."""
+OPTIONAL_CARD_FIELDS = frozenset({"policy_return", "seed", "ref_min_score", "ref_max_score"})
+"""Card fields that may be null."""
+
+
+def _card_value_ok(key: str, value: Any) -> bool:
+    if value is None:
+        return key in OPTIONAL_CARD_FIELDS
+    kind = CARD_TYPES[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kind):
+        return False
+    if kind == (int, float):
+        return math.isfinite(value)
+    if key == "observations":
+        return all(isinstance(v, str) for v in value)
+    if key == "task_options":
+        return all(isinstance(k, str) for k in value)
+    return True
 
 
 class Dataset:

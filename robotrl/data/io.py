@@ -94,7 +94,7 @@ def _resolve(ref: str) -> tuple[str, Path]:
 # ---------------------------------------------------------------------------- Minari
 def _minari_card(ds: Any, path: Path) -> DatasetCard:
     meta = ds.storage.metadata
-    card = DatasetCard.from_dict(json.loads(meta[CARD_KEY])) if CARD_KEY in meta else None
+    card = parse_card(meta[CARD_KEY], str(path.parent)) if CARD_KEY in meta else None
     env_spec = ds.spec.env_spec
     task = env_spec.id if env_spec is not None else ""
     if card is None:
@@ -103,12 +103,99 @@ def _minari_card(ds: Any, path: Path) -> DatasetCard:
     card.task = card.task or task
     for key in ("ref_min_score", "ref_max_score"):  # Minari's own fields win
         if meta.get(key) is not None:
-            setattr(card, key, float(meta[key]))
+            try:
+                setattr(card, key, float(meta[key]))
+            except (TypeError, ValueError):
+                raise DatasetError(f"{path.parent}: metadata {key}={meta[key]!r:.40} is not a "
+                                   "number") from None
     card.source = str(path.parent)
     return card
 
 
+MAX_METADATA_BYTES = 16 << 20
+"""Largest Minari ``metadata.json`` read (they are a few kilobytes)."""
+MAX_SPACE_SIZE = 1 << 24
+"""Most numbers a Box space of a Minari dataset may declare (observation or action)."""
+
+
+def _check_space(meta: dict[str, Any], key: str, where: str) -> None:
+    """A Minari space entry: serialized JSON of a flat, numeric, reasonably sized Box."""
+    raw = meta.get(key)
+    if not isinstance(raw, str):
+        raise DatasetError(f"{where}: metadata.json declares no {key}; Minari would then build "
+                           f"the dataset's environment with gym.make, which imports code the "
+                           f"file names, so robotrl refuses it")
+    try:
+        space = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise DatasetError(f"{where}: metadata {key} is not JSON") from None
+    if not isinstance(space, dict) or space.get("type") != "Box":
+        kind = space.get("type") if isinstance(space, dict) else space
+        raise DatasetError(f"{where}: {key} is {kind!r:.40}; robotrl reads flat Box spaces only")
+    shape, dtype = space.get("shape"), space.get("dtype")
+    if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)
+            and np.prod(shape, dtype=object) <= MAX_SPACE_SIZE):
+        raise DatasetError(f"{where}: {key} has shape {shape!r:.60}; expected at most "
+                           f"{MAX_SPACE_SIZE} numbers")
+    if dtype not in NUMERIC_DTYPES:
+        raise DatasetError(f"{where}: {key} has dtype {dtype!r:.40}; allowed: {NUMERIC_DTYPES}")
+
+
+NUMERIC_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                  "uint16", "uint32", "uint64", "bool")
+"""Element types a dataset's arrays may have."""
+
+
+def check_minari(path: Path) -> None:
+    """Check a Minari ``data`` directory's metadata (and, for HDF5 storage, every episode's
+    array headers) before minari reads it: declared flat numeric Box spaces (so minari never
+    builds an environment), consistent episode lengths and step counts, within memory."""
+    where = str(path.parent)
+    meta_file = path / "metadata.json"
+    try:
+        if meta_file.stat().st_size > MAX_METADATA_BYTES:
+            raise DatasetError(f"{where}: metadata.json is over {MAX_METADATA_BYTES} bytes")
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError, RecursionError) as err:
+        raise DatasetError(f"{where}: unreadable metadata.json ({err})") from None
+    if not isinstance(meta, dict):
+        raise DatasetError(f"{where}: metadata.json is not a JSON object")
+    for key in ("observation_space", "action_space"):
+        _check_space(meta, key, where)
+    fmt = meta.get("data_format", "hdf5")
+    if fmt not in ("hdf5", "arrow"):
+        raise DatasetError(f"{where}: data_format {fmt!r:.40}; allowed: hdf5, arrow")
+    counts = {k: meta.get(k) for k in ("total_steps", "total_episodes")}
+    if not all(type(v) is int and v >= 0 for v in counts.values()):
+        raise DatasetError(f"{where}: metadata {counts} must be counts (integers >= 0)")
+    if fmt == "hdf5":
+        _check_minari_hdf5(path / "main_data.hdf5", counts["total_steps"],
+                           counts["total_episodes"], where)
+
+
+def _check_minari_hdf5(file: Path, steps: int, episodes: int, where: str) -> None:
+    with _open_hdf5(file) as f:
+        names = [f"episode_{i}" for i in range(episodes)]
+        if sorted(f.keys()) != sorted(names):
+            raise DatasetError(f"{where}: {len(f.keys())} episode groups in the data file, "
+                               f"metadata says {episodes}")
+        total = 0
+        for name in names:
+            ep = f[name]
+            if not isinstance(ep, _h5py().Group):
+                raise DatasetError(f"{where}: {name} is not an episode group")
+            n = check_h5_array(ep.get("rewards"), f"{where}: {name}/rewards", (1,))
+            check_h5_array(ep.get("observations"), f"{where}: {name}/observations", (2,), n + 1)
+            for key in ("actions", "terminations", "truncations"):
+                check_h5_array(ep.get(key), f"{where}: {name}/{key}", (2,) if key == "actions"
+                               else (1,), n)
+            total += n
+        if total != steps:
+            raise DatasetError(f"{where}: episodes hold {total} steps, metadata says {steps}")
+
+
 def _open_minari(path: Path) -> Any:
+    check_minari(path)
     minari = _minari()
     try:
         return minari.MinariDataset(str(path))
@@ -219,16 +306,75 @@ def _open_hdf5(path: Path) -> Any:
     h5py = _h5py()
     try:
         return h5py.File(path, "r")
-    except OSError as err:
-        raise DatasetError(f"{path}: not a readable HDF5 file ({err})") from err
+    except (OSError, RuntimeError, ValueError) as err:
+        raise DatasetError(f"{path}: not a readable HDF5 file ({err})") from None
 
 
 def _hdf5_card(f: Any, path: Path) -> DatasetCard:
-    raw = f.attrs.get(CARD_KEY)
-    card = DatasetCard.from_dict(json.loads(raw)) if raw is not None else DatasetCard(task="")
-    card.task = card.task or str(f.attrs.get("env", ""))
+    card = parse_card(f.attrs.get(CARD_KEY), str(path))
+    env = f.attrs.get("env", "")
+    card.task = card.task or (env if isinstance(env, str) else "")
     card.source = str(path)
     return card
+
+
+def parse_card(raw: Any, where: str) -> DatasetCard:
+    """The card stored as JSON text (``None``: a card with no task); a card that is not JSON, or
+    whose fields have the wrong types, raises ``DatasetError`` naming ``where``."""
+    if raw is None:
+        return DatasetCard(task="")
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", errors="replace")
+    if not isinstance(raw, str) or len(raw) > MAX_CARD_CHARS:
+        raise DatasetError(f"{where}: the dataset card ({CARD_KEY}) is not JSON text of at most "
+                           f"{MAX_CARD_CHARS} characters")
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        raise DatasetError(f"{where}: the dataset card ({CARD_KEY}) is not JSON ({err})") from None
+    return DatasetCard.from_dict(data, where)
+
+
+MAX_CARD_CHARS = 1 << 20
+"""Longest card read (cards are a few hundred characters)."""
+
+
+def memory_budget() -> int:
+    """Bytes a dataset may take once loaded: the machine's physical memory. A file whose header
+    claims more is refused before anything is allocated."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # no sysconf (Windows): 64 GiB
+        return 64 << 30
+
+
+def check_h5_array(obj: Any, where: str, ndims: tuple[int, ...], rows: int | None = None) -> int:
+    """Check an HDF5 dataset's header before reading it: a plain numeric array (never object,
+    string, variable-length, compound or reference data) with one of ``ndims`` dimensions,
+    ``rows`` rows when given, within ``memory_budget()``, and (stored uncompressed) with as many
+    bytes on disk as it claims. Returns its row count."""
+    h5py = _h5py()
+    if obj is None:
+        raise DatasetError(f"{where}: missing")
+    if not isinstance(obj, h5py.Dataset):
+        raise DatasetError(f"{where}: not an array (an HDF5 {type(obj).__name__})")
+    dtype = obj.dtype
+    if dtype.kind not in "biuf" or dtype.hasobject or h5py.check_dtype(vlen=dtype) is not None:
+        raise DatasetError(f"{where}: dtype {dtype} is not allowed; datasets hold numbers "
+                           "(bool, int, uint, float)")
+    if len(obj.shape) not in ndims:
+        raise DatasetError(f"{where}: must be {' or '.join(map(str, ndims))}-D, got shape "
+                           f"{obj.shape}")
+    if rows is not None and obj.shape[0] != rows:
+        raise DatasetError(f"{where}: has {obj.shape[0]} rows, expected {rows}")
+    nbytes = int(np.prod(obj.shape, dtype=object)) * dtype.itemsize
+    if nbytes > memory_budget():
+        raise DatasetError(f"{where}: claims shape {obj.shape} ({nbytes / 2**30:.1f} GiB), more "
+                           f"than this machine's memory; refusing to allocate it")
+    if not obj.compression and obj.id.get_storage_size() < nbytes:
+        raise DatasetError(f"{where}: claims shape {obj.shape} ({nbytes} bytes) but the file "
+                           f"stores {obj.id.get_storage_size()}: truncated or corrupt")
+    return int(obj.shape[0]) if obj.shape else 0
 
 
 def load_hdf5(path: str | Path) -> Dataset:
@@ -240,16 +386,23 @@ def load_hdf5(path: str | Path) -> Dataset:
         if missing:
             raise DatasetError(f"{path}: missing field(s) {missing}; a D4RL-style file has "
                                f"{list(HDF5_FIELDS)} and optionally 'next_observations'")
+        keys = [k for k in (*HDF5_FIELDS, "next_observations") if k in f]
         try:
-            arr = {k: np.asarray(f[k]) for k in (*HDF5_FIELDS, "next_observations") if k in f}
-        except OSError as err:  # truncated file: the header reads, the data does not
+            rows = check_h5_array(f["observations"], f"{path}: field 'observations'", (2,))
+            for key in keys[1:]:  # every header checked before any data is read
+                dims = {"actions": (2,), "next_observations": (2,), "rewards": (1, 2)}
+                check_h5_array(f[key], f"{path}: field {key!r}", dims.get(key, (1,)), rows)
+            arr = {k: np.asarray(f[k]) for k in keys}
+        except (OSError, KeyError, RuntimeError) as err:  # truncated: the data does not read
             raise DatasetError(f"{path}: truncated or corrupt data ({err})") from err
-    obs, term, trunc = arr["observations"], arr["terminals"].astype(bool), arr["timeouts"].astype(bool)
-    t = len(obs)
-    for key in ("actions", "rewards", "terminals", "timeouts"):
-        if len(arr[key]) != t:
-            raise DatasetError(f"{path}: field {key!r} has {len(arr[key])} rows, observations "
-                               f"have {t}")
+    if arr["rewards"].ndim == 2 and arr["rewards"].shape[1] != 1:
+        raise DatasetError(f"{path}: field 'rewards' must be [T] or [T, 1], got shape "
+                           f"{arr['rewards'].shape}")
+    obs = arr["observations"]
+    term, trunc = arr["terminals"].astype(bool), arr["timeouts"].astype(bool)
+    t = len(obs)  # every field has t rows (check_h5_array)
+    if t == 0:
+        raise DatasetError(f"{path}: no transitions")
     if "next_observations" in arr:
         keep = np.ones(t, dtype=bool)
         nxt = arr["next_observations"]
