@@ -87,12 +87,42 @@ def quiet_torch() -> Iterator[None]:
         logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def weights_only_unpickling() -> Iterator[None]:
+    """Inside: every ``torch.load`` is ``weights_only=True`` and ``pickle.loads`` refuses.
+
+    ``torch.export.load`` unpickles the tensors of a pt2 archive with ``torch.load`` and falls
+    back to ``weights_only=False`` (and plain ``pickle.loads`` for some constants) when that
+    fails, so a crafted pt2 file could run code on loading. robotrl's exports hold tensors
+    only; this closes the fallback for the duration of one load (single-threaded callers).
+    """
+    import pickle
+
+    real_load, real_loads = torch.load, pickle.loads
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        return real_load(*args, **kwargs)
+
+    def loads(*args: Any, **kwargs: Any) -> Any:
+        raise pickle.UnpicklingError("a robotrl export holds no pickled objects")
+
+    torch.load, pickle.loads = load, loads
+    try:
+        yield
+    finally:
+        torch.load, pickle.loads = real_load, real_loads
+
+
 def load_torch_module(data: bytes | str, fmt: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A pt2 (``torch.export.load``) or TorchScript (``torch.jit.load``) model, on the CPU."""
+    """A pt2 (``torch.export.load``, tensors read with ``weights_only``: see
+    ``weights_only_unpickling``) or TorchScript (``torch.jit.load``: TorchScript's own
+    restricted unpickler, no Python) model, on the CPU."""
     source = io.BytesIO(data) if isinstance(data, bytes) else data
     with quiet_torch():
         if fmt == "pt2":
-            return torch.export.load(source).module()
+            with weights_only_unpickling():
+                return torch.export.load(source).module()
         if fmt == "torchscript":
             return torch.jit.load(source, map_location="cpu")
     raise ValueError(f"unknown torch format {fmt!r}; known: pt2, torchscript")

@@ -135,3 +135,35 @@ def test_checkpoint_holds_data_only(tmp_path: Path) -> None:
     assert type(back["s"]) is np.float32 and back["s"] == 1.5
     assert back[3] == "int key" and back["$x"] == 1 and back["nan"] != back["nan"]
     assert back["t"] == (1, [2.0, None]) and back["b"].dtype == torch.bool
+
+
+def test_malicious_pt2_export_runs_nothing(tmp_path: Path) -> None:
+    """A pt2 archive whose tensors were replaced by a pickle that runs a command: plain
+    ``torch.export.load`` runs it (its fallback unpickles); ``robotrl deploy``'s loader not."""
+    import io
+    import zipfile
+
+    from robotrl.sim2real.verify import load_torch_module
+
+    program = torch.export.export(torch.nn.Linear(3, 2), (torch.zeros(1, 3),))
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    evil = tmp_path / "evil.pt2"
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as src, zipfile.ZipFile(evil, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename.endswith("sample_inputs/model.pt"):
+                sentinel_bytes = io.BytesIO()
+                torch.save(Sentinel(tmp_path / "pwned"), sentinel_bytes)
+                data = sentinel_bytes.getvalue()
+            dst.writestr(item, data)
+    with pytest.raises(Exception):  # noqa: B017 - whatever torch raises on a refused pickle
+        load_torch_module(str(evil), "pt2")
+    assert not (tmp_path / "pwned").exists()
+    import warnings
+
+    with warnings.catch_warnings():  # the control: torch's own loader falls back and runs it
+        warnings.simplefilter("ignore")
+        with pytest.raises(Exception):  # noqa: B017
+            torch.export.load(str(evil))
+    assert (tmp_path / "pwned").exists(), "the archive is not malicious: the test proves nothing"

@@ -4,6 +4,7 @@ Tiny random models only; nothing is downloaded."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -121,6 +122,34 @@ def test_loads_a_local_pretrained_model_and_rebuilds_from_arch(tmp_path: Path) -
         torch.testing.assert_close(rebuilt.forced(obs, tokens), policy.forced(obs, tokens))
     with pytest.raises(ValueError, match="LM's vocabulary \\(300\\) is too small"):
         _policy(path=str(tmp_path), bins=270)
+
+
+def test_pickled_weights_and_remote_code_are_refused(tmp_path: Path) -> None:
+    """policy.path loads safetensors weights only and never the code a model directory names."""
+    import os
+
+    class Sentinel:
+        def __reduce__(self) -> tuple:
+            return (os.system, (f"touch {tmp_path / 'pwned'}",))
+
+    pickled = tmp_path / "pickled"
+    _save_tiny_lm(pickled, vocab=300)
+    for weights in pickled.glob("*.safetensors"):
+        weights.unlink()
+    torch.save({"x": Sentinel()}, pickled / "pytorch_model.bin")
+    with pytest.raises(FileNotFoundError, match="safetensors only"):
+        _policy(path=str(pickled))
+    remote = tmp_path / "remote"
+    _save_tiny_lm(remote, vocab=300)
+    (remote / "evil_modeling.py").write_text(f"open({str(tmp_path / 'pwned')!r}, 'w')\n")
+    config = json.loads((remote / "config.json").read_text())
+    config["auto_map"] = {"AutoConfig": "evil_modeling.EvilConfig",
+                          "AutoModelForCausalLM": "evil_modeling.Evil"}
+    config["model_type"] = "evil"  # no built-in class: only the shipped code could load it
+    (remote / "config.json").write_text(json.dumps(config))
+    with pytest.raises((ValueError, KeyError)):
+        _policy(path=str(remote))
+    assert not (tmp_path / "pwned").exists()
 
 
 def test_bad_inputs_fail_naming_the_problem(tmp_path: Path,

@@ -17,11 +17,13 @@ and ``EpisodeBuffer`` are used, which need neither jax nor minari's ``create`` e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +97,11 @@ def _resolve(ref: str) -> tuple[str, Path]:
 def _minari_card(ds: Any, path: Path) -> DatasetCard:
     meta = ds.storage.metadata
     card = parse_card(meta[CARD_KEY], str(path.parent)) if CARD_KEY in meta else None
-    env_spec = ds.spec.env_spec
+    try:
+        env_spec = ds.spec.env_spec
+    except Exception as err:  # noqa: BLE001 - minari raises many types on bad metadata
+        raise DatasetError(f"{path.parent}: bad Minari metadata ({type(err).__name__}: {err})"
+                           ) from None
     task = env_spec.id if env_spec is not None else ""
     if card is None:
         card = DatasetCard(task=task, dataset_id=str(meta.get("dataset_id", "")),
@@ -174,7 +180,7 @@ def check_minari(path: Path) -> None:
 
 
 def _check_minari_hdf5(file: Path, steps: int, episodes: int, where: str) -> None:
-    with _open_hdf5(file) as f:
+    with _open_hdf5(file) as f, h5_errors(file):
         names = [f"episode_{i}" for i in range(episodes)]
         if sorted(f.keys()) != sorted(names):
             raise DatasetError(f"{where}: {len(f.keys())} episode groups in the data file, "
@@ -208,7 +214,7 @@ def load_card(ref: str) -> DatasetCard:
     kind, path = _resolve(ref)
     if kind == "minari":
         return _minari_card(_open_minari(path), path)
-    with _open_hdf5(path) as f:
+    with _open_hdf5(path) as f, h5_errors(path):
         return _hdf5_card(f, path)
 
 
@@ -302,6 +308,32 @@ HDF5_FIELDS: tuple[str, ...] = ("observations", "actions", "rewards", "terminals
 """Required arrays of a D4RL-style file (``next_observations`` is optional)."""
 
 
+def _read_hdf5_fields(f: Any, path: Path) -> dict[str, np.ndarray]:
+    """The D4RL fields of an open file, every header checked before any data is read."""
+    missing = [k for k in HDF5_FIELDS if k not in f]
+    if missing:
+        raise DatasetError(f"{path}: missing field(s) {missing}; a D4RL-style file has "
+                           f"{list(HDF5_FIELDS)} and optionally 'next_observations'")
+    keys = [k for k in (*HDF5_FIELDS, "next_observations") if k in f]
+    rows = check_h5_array(f["observations"], f"{path}: field 'observations'", (2,))
+    dims = {"actions": (2,), "next_observations": (2,), "rewards": (1, 2)}
+    for key in keys[1:]:
+        check_h5_array(f[key], f"{path}: field {key!r}", dims.get(key, (1,)), rows)
+    return {k: np.asarray(f[k]) for k in keys}
+
+
+@contextlib.contextmanager
+def h5_errors(path: Path) -> Iterator[None]:
+    """h5py's errors on a damaged file (the header opens, a later read does not) as
+    ``DatasetError`` naming ``path``."""
+    try:
+        yield
+    except DatasetError:
+        raise
+    except (OSError, KeyError, RuntimeError, ValueError, TypeError) as err:
+        raise DatasetError(f"{path}: truncated or corrupt data ({err})") from None
+
+
 def _open_hdf5(path: Path) -> Any:
     h5py = _h5py()
     try:
@@ -380,21 +412,9 @@ def check_h5_array(obj: Any, where: str, ndims: tuple[int, ...], rows: int | Non
 def load_hdf5(path: str | Path) -> Dataset:
     """A D4RL-style HDF5 file as a ``Dataset`` (see the module docstring)."""
     path = Path(path)
-    with _open_hdf5(path) as f:
+    with _open_hdf5(path) as f, h5_errors(path):
         card = _hdf5_card(f, path)
-        missing = [k for k in HDF5_FIELDS if k not in f]
-        if missing:
-            raise DatasetError(f"{path}: missing field(s) {missing}; a D4RL-style file has "
-                               f"{list(HDF5_FIELDS)} and optionally 'next_observations'")
-        keys = [k for k in (*HDF5_FIELDS, "next_observations") if k in f]
-        try:
-            rows = check_h5_array(f["observations"], f"{path}: field 'observations'", (2,))
-            for key in keys[1:]:  # every header checked before any data is read
-                dims = {"actions": (2,), "next_observations": (2,), "rewards": (1, 2)}
-                check_h5_array(f[key], f"{path}: field {key!r}", dims.get(key, (1,)), rows)
-            arr = {k: np.asarray(f[k]) for k in keys}
-        except (OSError, KeyError, RuntimeError) as err:  # truncated: the data does not read
-            raise DatasetError(f"{path}: truncated or corrupt data ({err})") from err
+        arr = _read_hdf5_fields(f, path)
     if arr["rewards"].ndim == 2 and arr["rewards"].shape[1] != 1:
         raise DatasetError(f"{path}: field 'rewards' must be [T] or [T, 1], got shape "
                            f"{arr['rewards'].shape}")

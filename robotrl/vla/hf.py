@@ -140,7 +140,14 @@ def load_lm(cfg: HFPolicyConfig) -> nn.Module:
         if not Path(cfg.path).is_dir():
             raise FileNotFoundError(f"policy.path={cfg.path!r} is not a directory (expected a "
                                     f"model written by save_pretrained)")
-        lm = auto.from_pretrained(cfg.path, local_files_only=True)
+        if not any(Path(cfg.path).glob("*.safetensors")):
+            raise FileNotFoundError(f"policy.path={cfg.path!r} holds no .safetensors weights; "
+                                    "robotrl loads model weights from safetensors only (a "
+                                    "pickled pytorch_model.bin can run code when loaded): "
+                                    "re-save it with save_pretrained(safe_serialization=True)")
+        # weights from safetensors only, and never code shipped beside the model (auto_map)
+        lm = auto.from_pretrained(cfg.path, local_files_only=True, use_safetensors=True,
+                                  trust_remote_code=False)
     else:
         config = _random_config(cfg, transformers)
         try:
