@@ -17,7 +17,10 @@ Driven by the off-policy runner:
     metrics = crl.update(progress)        # utd_ratio updates per stored transition
 
 Energies and contrastive losses are named variants in ``ENERGIES`` and ``CONTRASTIVE_LOSSES``,
-each a pure function with hand-worked tests.
+each a pure function with hand-worked tests. Where JaxGCRL's CRL (Bortkiewicz et al. 2024,
+``agents/crl``) differs, a config field switches to its choice (the reference test sets them):
+``actor_first``, ``temperature_on_alpha``, ``log_std_tanh``, ``layer_norm_eps``,
+``squash_epsilon``, ``logsumexp_offset`` and the ``norm`` energy.
 """
 
 from __future__ import annotations
@@ -50,6 +53,12 @@ def energy_l2(phi: torch.Tensor, psi: torch.Tensor) -> torch.Tensor:
     return -torch.cdist(phi, psi)
 
 
+def energy_norm(phi: torch.Tensor, psi: torch.Tensor) -> torch.Tensor:
+    """-sqrt(||phi_i - psi_j||^2 + 1e-6): [..., P, D] x [..., Q, D] -> [..., P, Q] (JaxGCRL's
+    ``norm`` energy, its default: ``l2`` with a guard that keeps the gradient finite at 0)."""
+    return -((phi.unsqueeze(-2) - psi.unsqueeze(-3)).square().sum(-1) + 1e-6).sqrt()
+
+
 def energy_l2_squared(phi: torch.Tensor, psi: torch.Tensor) -> torch.Tensor:
     """-||phi_i - psi_j||_2^2: [..., P, D] x [..., Q, D] -> [..., P, Q]."""
     return -(phi.unsqueeze(-2) - psi.unsqueeze(-3)).square().sum(-1)
@@ -67,6 +76,7 @@ def energy_cosine(phi: torch.Tensor, psi: torch.Tensor) -> torch.Tensor:
 
 ENERGIES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "l2": energy_l2, "l2_squared": energy_l2_squared, "dot": energy_dot, "cosine": energy_cosine,
+    "norm": energy_norm,
 }
 """Energy name -> pairwise energy (higher: the goal is likelier under the state-action)."""
 
@@ -99,30 +109,32 @@ CONTRASTIVE_LOSSES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 """InfoNCE variant name -> loss of a [B, B] logit matrix with positives on the diagonal."""
 
 
-def logsumexp_penalty(logits: torch.Tensor) -> torch.Tensor:
-    """mean_i (logsumexp_j l_ij)^2: keeps the forward normalizer near 1, which pins the free
-    per-state offset InfoNCE leaves (JaxGCRL's regularizer). [B, B] -> []."""
-    return logits.logsumexp(1).square().mean()
+def logsumexp_penalty(logits: torch.Tensor, offset: float = 0.0) -> torch.Tensor:
+    """mean_i (logsumexp_j l_ij + offset)^2: keeps the forward normalizer near 1, which pins
+    the free per-state offset InfoNCE leaves (JaxGCRL's regularizer, whose logits carry
+    ``offset`` 1e-6). [B, B] -> []."""
+    return (logits.logsumexp(1) + offset).square().mean()
 
 
-def critic_loss(logits: torch.Tensor, variant: str, penalty: float
+def critic_loss(logits: torch.Tensor, variant: str, penalty: float, offset: float = 0.0
                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """InfoNCE ``variant`` plus ``penalty`` x the logsumexp penalty on ``logits`` [B, B]
-    (row: state-action i, column: goal j, positives on the diagonal).
+    """InfoNCE ``variant`` plus ``penalty`` x the logsumexp penalty (``offset`` added to the
+    logits inside it) on ``logits`` [B, B] (row: state-action i, column: goal j, positives on
+    the diagonal).
 
     Metrics: ``loss/critic``, ``train/accuracy`` (rows whose largest logit is their own goal),
     ``train/logits_pos`` and ``train/logits_neg`` (mean diagonal / off-diagonal logit).
     """
     loss = CONTRASTIVE_LOSSES[variant](logits)
     if penalty:
-        loss = loss + penalty * logsumexp_penalty(logits)
+        loss = loss + penalty * logsumexp_penalty(logits, offset)
     with torch.no_grad():
         b = logits.shape[0]
         diag = logits.diagonal()
         eye = torch.eye(b, dtype=torch.bool, device=logits.device)
         metrics = {"loss/critic": loss.detach(),
                    "train/accuracy": (logits.argmax(1) == torch.arange(b, device=logits.device))
-                   .float().mean(),
+                   .to(logits.dtype).mean(),
                    "train/logits_pos": diag.mean(),
                    "train/logits_neg": logits.masked_select(~eye).mean() if b > 1 else diag.mean()}
     return loss, metrics
@@ -137,6 +149,30 @@ def actor_loss(energy: torch.Tensor, log_prob: torch.Tensor, alpha: torch.Tensor
     """
     loss = (alpha * log_prob - energy).mean()
     return loss, {"loss/actor": loss.detach(), "train/entropy": -log_prob.detach().mean()}
+
+
+def alpha_scaled_temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor,
+                                  target_entropy: float
+                                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """alpha E[-log pi - target_entropy] (JaxGCRL's ``alpha_loss``): the same fixed point as
+    ``sac.temperature_loss`` (log(alpha) E[...]), its gradient scaled by alpha. [B] -> []."""
+    loss = log_alpha.exp() * (-log_prob.detach() - target_entropy).mean()
+    return loss, {"loss/alpha": loss.detach()}
+
+
+JAXGCRL_LOG_STD = (-5.0, 2.0)
+"""Range the ``log_std_tanh`` actor squashes its log std into (JaxGCRL's Actor)."""
+
+
+class TanhLogStdActor(SquashedGaussianActor):
+    """``SquashedGaussianActor`` whose log std is squashed into ``JAXGCRL_LOG_STD`` by tanh,
+    lo + (hi - lo) (tanh(x) + 1) / 2 (JaxGCRL's Actor, from SpinUp / Yarats), instead of
+    clamped."""
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, raw = self.net(obs).chunk(2, dim=-1)
+        lo, hi = JAXGCRL_LOG_STD
+        return mean, lo + 0.5 * (hi - lo) * (torch.tanh(raw) + 1.0)
 
 
 @dataclass
@@ -191,6 +227,22 @@ class CRLConfig:
     """Run the networks under bfloat16 autocast (losses in float32)."""
     save_replay: bool = True
     """Store the trajectory replay in checkpoints (exact resume)."""
+    actor_first: bool = False
+    """Update the actor and temperature before the critic, against the critic before its step
+    (JaxGCRL's ``update_networks``); False: after it, against the updated critic."""
+    temperature_on_alpha: bool = False
+    """Temperature loss alpha E[-log pi - H_target] (JaxGCRL) instead of log(alpha) E[...]
+    (``sac.temperature_loss``): the same fixed point, the gradient scaled by alpha."""
+    log_std_tanh: bool = False
+    """Squash the actor's log std into [-5, 2] with tanh (JaxGCRL's Actor) instead of
+    clamping it to [-20, 2]."""
+    layer_norm_eps: float = 1e-5
+    """Epsilon of every LayerNorm of the encoders and the actor (PyTorch's 1e-5; Flax's, in
+    JaxGCRL: 1e-6)."""
+    squash_epsilon: float = 0.0
+    """log pi's tanh correction log(1 - tanh(u)^2 + eps) (JaxGCRL: 1e-6); 0: the exact term."""
+    logsumexp_offset: float = 0.0
+    """Added to the logits inside the logsumexp penalty (JaxGCRL: 1e-6)."""
 
     def __post_init__(self) -> None:
         for name, known in (("energy", ENERGIES), ("contrastive_loss", CONTRASTIVE_LOSSES)):
@@ -213,6 +265,8 @@ class CRLConfig:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
         if self.init_alpha <= 0 or self.learning_starts < 0 or self.logsumexp_penalty < 0:
             raise ValueError("init_alpha must be > 0, learning_starts and logsumexp_penalty >= 0")
+        if self.layer_norm_eps <= 0 or self.squash_epsilon < 0:
+            raise ValueError("layer_norm_eps must be > 0 and squash_epsilon >= 0")
 
 
 METRIC_KEYS: tuple[str, ...] = (
@@ -258,8 +312,17 @@ class CRL:
                                      cfg.repr_dim, ckpt).to(dev)
         self.g_encoder = DeepResNet(spec.goal.dim, cfg.critic_width, cfg.critic_depth,
                                     cfg.repr_dim, ckpt).to(dev)
-        self.actor = SquashedGaussianActor(obs_dim, act_dim, net=DeepResNet(
-            obs_dim, cfg.actor_width, cfg.actor_depth, 2 * act_dim, ckpt)).to(dev)
+        actor_class = TanhLogStdActor if cfg.log_std_tanh else SquashedGaussianActor
+        self.actor = actor_class(obs_dim, act_dim, net=DeepResNet(
+            obs_dim, cfg.actor_width, cfg.actor_depth, 2 * act_dim, ckpt),
+            squash_epsilon=cfg.squash_epsilon).to(dev)
+        for net in (self.sa_encoder, self.g_encoder, self.actor):
+            for module in net.modules():
+                if isinstance(module, nn.LayerNorm):
+                    module.eps = cfg.layer_norm_eps
+        self.dtype = torch.get_default_dtype()
+        """Dtype of the parameters, replay and losses (float32 unless built under another
+        default dtype; bf16 autocast outputs are cast back to it)."""
         self.log_alpha = torch.tensor(math.log(cfg.init_alpha), device=dev, requires_grad=True)
         self.target_entropy = (-0.5 * act_dim if cfg.target_entropy is None
                                else float(cfg.target_entropy))
@@ -312,23 +375,23 @@ class CRL:
         uniform random until ``learning_starts`` transitions are stored."""
         if self._pending is not None:
             raise RuntimeError("act() called twice without process_env_step() in between")
-        x = policy_obs(obs).to(self.device, torch.float32)
+        x = policy_obs(obs).to(self.device, self.dtype)
         if self.transitions < self.cfg.learning_starts:
             action = torch.rand(x.shape[0], self.spec.action_dim, generator=self.generator,
                                 device=self.device) * 2 - 1
         else:
             with self._autocast():
                 action, _ = self.actor.sample(x, self.generator)
-            action = action.float()
+            action = action.to(self.dtype)
         self._pending = (x.clone(), action)
         return self._to_env(action)
 
     @torch.no_grad()
     def act_deterministic(self, obs: Obs | torch.Tensor) -> torch.Tensor:
-        x = policy_obs(obs).to(self.device, torch.float32)
+        x = policy_obs(obs).to(self.device, self.dtype)
         with self._autocast():
             action = self.actor.deterministic(x)
-        return self._to_env(action.float())
+        return self._to_env(action.to(self.dtype))
 
     def export_actor(self) -> DeterministicActor:
         """The mean action on the whole ``policy`` observation, goal columns included (the
@@ -371,27 +434,45 @@ class CRL:
         with self._autocast():
             phi = self.sa_encoder(torch.cat([state, batch["action"]], 1))
             psi = self.g_encoder(goal)
-        logits = ENERGIES[cfg.energy](phi.float(), psi.float())
-        c_loss, metrics = critic_loss(logits, cfg.contrastive_loss, cfg.logsumexp_penalty)
-        metrics[self.critic_step.metric] = self.critic_step(c_loss, check=False)
+        metrics: dict[str, torch.Tensor] = {}
+        if not cfg.actor_first:
+            metrics.update(self._critic_update(phi, psi))
+        # the goal embedding reused without its graph: before the critic's step in both orders
+        metrics.update(self._actor_update(state, actor_obs, psi.detach(), alpha))
+        if cfg.actor_first:
+            metrics.update(self._critic_update(phi, psi))
         self.num_updates += 1
-        # actor: frozen encoders, the goal embedding reused without its graph
+        metrics["train/alpha"] = alpha
+        metrics["train/goal_offset"] = batch["offset"].to(self.dtype).mean()
+        return torch.stack([metrics[k].to(self.dtype) for k in METRIC_KEYS])
+
+    def _critic_update(self, phi: torch.Tensor, psi: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The contrastive loss of ``phi`` [B, D] against ``psi`` [B, D] and the encoders' step."""
+        cfg = self.cfg
+        logits = ENERGIES[cfg.energy](phi.to(self.dtype), psi.to(self.dtype))
+        c_loss, metrics = critic_loss(logits, cfg.contrastive_loss, cfg.logsumexp_penalty,
+                                      cfg.logsumexp_offset)
+        metrics[self.critic_step.metric] = self.critic_step(c_loss, check=False)
+        return metrics
+
+    def _actor_update(self, state: torch.Tensor, actor_obs: torch.Tensor, psi: torch.Tensor,
+                      alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The actor's step against the frozen phi and the goal embedding ``psi`` [B, D]
+        (detached), then the temperature's."""
+        cfg = self.cfg
         self.sa_encoder.requires_grad_(False)
         with self._autocast():
             action, log_prob = self.actor.sample(actor_obs, self.generator)
-            phi_pi = self.sa_encoder(torch.cat([state, action.float()], 1))
-        energy = paired_energy(cfg.energy, phi_pi.float(), psi.detach().float())
-        a_loss, a_metrics = actor_loss(energy, log_prob.float(), alpha)
-        a_metrics[self.actor_step.metric] = self.actor_step(a_loss, check=False)
+            phi_pi = self.sa_encoder(torch.cat([state, action.to(self.dtype)], 1))
+        energy = paired_energy(cfg.energy, phi_pi.to(self.dtype), psi.to(self.dtype))
+        log_prob = log_prob.to(self.dtype)
+        a_loss, metrics = actor_loss(energy, log_prob, alpha)
+        metrics[self.actor_step.metric] = self.actor_step(a_loss, check=False)
         self.sa_encoder.requires_grad_(True)
-        t_loss, t_metrics = temperature_loss(self.log_alpha, log_prob.float(),
-                                             self.target_entropy)
+        t_loss_fn = alpha_scaled_temperature_loss if cfg.temperature_on_alpha else temperature_loss
+        t_loss, t_metrics = t_loss_fn(self.log_alpha, log_prob, self.target_entropy)
         t_metrics[self.alpha_step.metric] = self.alpha_step(t_loss, check=False)
-        metrics.update(a_metrics)
-        metrics.update(t_metrics)
-        metrics["train/alpha"] = alpha
-        metrics["train/goal_offset"] = batch["offset"].float().mean()
-        return torch.stack([metrics[k].float() for k in METRIC_KEYS])
+        return {**metrics, **t_metrics}
 
     def update(self, progress: float = 0.0) -> dict[str, float]:
         """The updates earned since the last call; metrics averaged over them (empty while

@@ -27,8 +27,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from robotrl.algos.optim import GradientStep, adam
 from robotrl.algos.sac import SAC, SACConfig, soft_td_target
-from robotrl.nn.batch_renorm import BatchRenorm, training
+from robotrl.nn.batch_renorm import RENORM_VARIANTS, BatchRenorm, training
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.linear import Linear
 from robotrl.nn.mlp import make_activation
@@ -54,13 +55,20 @@ class CrossQConfig(SACConfig):
     critic_hidden: tuple[int, ...] = (256, 256)
     adam_beta1: float = 0.5
     """Adam's first-moment rate for every optimizer (the paper's 0.5; Adam's default 0.9)."""
+    alpha_adam_beta1: float | None = None
+    """Adam's first-moment rate for the temperature; None: ``adam_beta1`` (sb3-contrib: 0.9,
+    its temperature optimizer is torch's default Adam)."""
     renorm_momentum: float = 0.01
     """Rate of the running statistics of every Batch Renormalization layer."""
     renorm_eps: float = 1e-3
     """Added to variances before the square root."""
     renorm_warmup: int = 100_000
     """Training forwards of a layer with plain batch normalization before the
-    renormalization corrections start."""
+    renormalization corrections start (sb3-contrib's renorm_warmup_steps W gives W + 1
+    plain forwards: W + 1 here)."""
+    renorm_variant: str = "ioffe"
+    """Batch Renormalization arithmetic (``robotrl.nn.batch_renorm.RENORM_VARIANTS``): ioffe
+    (the paper's) or sb3_contrib (its unbiased batch variance and shifted-mean correction)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -69,13 +77,19 @@ class CrossQConfig(SACConfig):
                              f"algo.tau (got {self.tau})")
         if not 0.0 <= self.adam_beta1 < 1.0:
             raise ValueError(f"adam_beta1 must be in [0, 1), got {self.adam_beta1}")
+        if self.alpha_adam_beta1 is not None and not 0.0 <= self.alpha_adam_beta1 < 1.0:
+            raise ValueError(f"alpha_adam_beta1 must be in [0, 1) or null, got "
+                             f"{self.alpha_adam_beta1}")
         if self.renorm_warmup < 0:
             raise ValueError(f"renorm_warmup must be >= 0, got {self.renorm_warmup}")
+        if self.renorm_variant not in RENORM_VARIANTS:
+            raise ValueError(f"unknown renorm_variant {self.renorm_variant!r}; known: "
+                             f"{', '.join(RENORM_VARIANTS)}")
 
     def renorm(self) -> dict[str, Any]:
         """``BatchRenorm`` arguments."""
         return {"momentum": self.renorm_momentum, "eps": self.renorm_eps,
-                "warmup_steps": self.renorm_warmup}
+                "warmup_steps": self.renorm_warmup, "variant": self.renorm_variant}
 
 
 class CrossQ(SAC):
@@ -98,10 +112,18 @@ class CrossQ(SAC):
                        make_activation(cfg.activation)]
             width = size
         layers += [BatchRenorm(width, **cfg.renorm()), Linear(width, 2 * act_dim)]
-        actor = SquashedGaussianActor(self.obs_dim, act_dim, net=nn.Sequential(*layers))
+        actor = SquashedGaussianActor(self.obs_dim, act_dim, net=nn.Sequential(*layers),
+                                      squash_epsilon=cfg.squash_epsilon)
         critic = EnsembleQ(state_dim, act_dim, cfg.critic_hidden, cfg.num_critics,
                            cfg.activation, batch_renorm=cfg.renorm())
         return actor.eval(), critic.eval()
+
+    def _learning_state(self, act_dim: int) -> None:
+        super()._learning_state(act_dim)
+        beta1 = self.cfg.alpha_adam_beta1
+        if beta1 is not None and beta1 != self.cfg.adam_beta1:
+            self.alpha_opt = adam([self.log_alpha], self.cfg.alpha_lr, (beta1, 0.999))
+            self.alpha_step = GradientStep(self.name, "alpha", self.alpha_opt)
 
     def _critic_update(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor
                        ) -> dict[str, torch.Tensor]:

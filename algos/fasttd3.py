@@ -18,7 +18,11 @@ different scales at once). Replay, runner, checkpoints and export are the off-po
     metrics = td3.update(progress)
 
 Left out of the reference recipe: n-step returns, bf16 autocast, torch.compile/CUDA graphs,
-reward normalization, SimbaV2 networks (levers of GPU runs; see benchmarks/README.md).
+reward normalization, SimbaV2 networks (levers of GPU runs; see benchmarks/README.md), the
+cosine learning-rate schedule (constant here). Observations are normalized by the project's
+``RunningNormalizer`` ((x - mean) / sqrt(var + 1e-8), clipped at +-10), where the reference
+divides by std + 0.01 without a clip. The update itself is the reference's, checked against a
+float64 re-derivation of it (tests/reference/test_sb3.py).
 """
 
 from __future__ import annotations

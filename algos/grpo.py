@@ -230,6 +230,9 @@ class GRPO:
             raise ValueError(f"num_envs ({num_envs}) must be a multiple of algo.group_size "
                              f"({cfg.group_size}): each initial state runs in G worlds")
         self.device = torch.device(device)
+        self.dtype = torch.get_default_dtype()
+        """Dtype of the ``policy`` observations, log-probabilities and advantages (float32
+        unless built under another default dtype)."""
         self.num_envs, self.horizon, self.obs_dim = num_envs, int(horizon), int(obs_dim)
         self.num_groups = num_envs // cfg.group_size
         self.action_low = torch.as_tensor(action_low, dtype=torch.float32).to(self.device)
@@ -246,7 +249,7 @@ class GRPO:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(seed)
         t, n, a, dev = self.horizon, num_envs, self.act_dim, self.device
-        shapes = {"policy": ((obs_dim,), torch.float32)}
+        shapes = {"policy": ((obs_dim,), self.dtype)}
         shapes.update({k: (v.shape, v.dtype) for k, v in (obs_specs or {}).items()})
         missing = [g for g in self.policy.observations if g not in shapes]
         if missing:
@@ -320,12 +323,12 @@ class GRPO:
         self._set_policy(copy.deepcopy(policy))
 
     def _groups(self, obs: Obs | torch.Tensor) -> Obs:
-        """The groups the policy reads, on the learner's device (``policy`` as float32)."""
+        """The groups the policy reads, on the learner's device (``policy`` in ``dtype``)."""
         if isinstance(obs, torch.Tensor):
             obs = {"policy": obs}
         out = {g: obs[g].to(self.device) for g in self.groups}
         if "policy" in out:
-            out["policy"] = out["policy"].float()
+            out["policy"] = out["policy"].to(self.dtype)
         return out
 
     # ------------------------------------------------------------------ collection
@@ -375,7 +378,7 @@ class GRPO:
                              f"{tuple(outcome.shape)}")
         r = self._round
         r["valid"][self._t:] = False
-        grouped = outcome.to(self.device, torch.float32).reshape(m, g)
+        grouped = outcome.to(self.device, self.dtype).reshape(m, g)
         advantages = group_advantages(grouped, cfg.advantage).flatten()
         keep = informative_groups(grouped) if cfg.dynamic_sampling else torch.ones(
             m, dtype=torch.bool, device=self.device)

@@ -74,8 +74,11 @@ class GaussianOnPolicy:
         ``policy`` (an asymmetric critic)."""
         self.device = torch.device(device)
         self.num_envs = num_envs
-        self.action_low = torch.as_tensor(action_low, dtype=torch.float32).to(self.device)
-        self.action_high = torch.as_tensor(action_high, dtype=torch.float32).to(self.device)
+        self.dtype = torch.get_default_dtype()
+        """Floating dtype of the networks, the rollout and the bounds: torch's default when built
+        (float32 unless the caller changed it; the reference tests build in float64)."""
+        self.action_low = torch.as_tensor(action_low, dtype=self.dtype).to(self.device)
+        self.action_high = torch.as_tensor(action_high, dtype=self.dtype).to(self.device)
         act_dim = self.action_low.numel()
         self.critic_groups = tuple(cfg.critic_obs)
         """Observation groups the critic sees, concatenated in this order."""
@@ -104,7 +107,7 @@ class GaussianOnPolicy:
         self.return_normalizer = norm(1).to(self.device) if cfg.reward_scaling else None
         self.discounted_return = torch.zeros(num_envs, device=self.device)
         self.buffer = RolloutBuffer(cfg.num_steps, num_envs, obs_dim, act_dim, self.device,
-                                    critic_obs_dim=critic_dim)
+                                    self.dtype, critic_obs_dim=critic_dim)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.generator = torch.Generator(device=self.device)
@@ -126,8 +129,8 @@ class GaussianOnPolicy:
         return ("policy", *(g for g in cfg.critic_obs if g != "policy"))
 
     def _normalize(self, obs: Obs | torch.Tensor) -> torch.Tensor:
-        """The normalized ``policy`` group, [N, obs_dim] float32."""
-        obs = policy_obs(obs).to(self.device, torch.float32)
+        """The normalized ``policy`` group, [N, obs_dim] in ``dtype``."""
+        obs = policy_obs(obs).to(self.device, self.dtype)
         return obs if self.obs_normalizer is None else self.obs_normalizer(obs)
 
     def _critic_input(self, obs: Obs | torch.Tensor, policy: torch.Tensor) -> torch.Tensor:
@@ -143,7 +146,7 @@ class GaussianOnPolicy:
             if not isinstance(obs, dict) or group not in obs:
                 raise ValueError(f"the critic sees observation group {group!r}, but the "
                                  f"observation has {list(obs) if isinstance(obs, dict) else 'a bare tensor'}")
-            x = obs[group].to(self.device, torch.float32)
+            x = obs[group].to(self.device, self.dtype)
             parts.append(self.group_normalizers[group](x) if group in self.group_normalizers
                          else x)
         return torch.cat(parts, dim=-1)
@@ -154,11 +157,11 @@ class GaussianOnPolicy:
         groups) and record the step; returns [N, A] clipped."""
         if self._pending:
             raise RuntimeError("act() called twice without process_env_step() in between")
-        policy = policy_obs(obs).to(self.device, torch.float32)
+        policy = policy_obs(obs).to(self.device, self.dtype)
         if self.obs_normalizer is not None:
             self.obs_normalizer.update(policy)
         for group, normalizer in self.group_normalizers.items():
-            normalizer.update(obs[group].to(self.device, torch.float32))
+            normalizer.update(obs[group].to(self.device, self.dtype))
         policy = self._normalize(policy)
         critic = self._critic_input(obs, policy) if self.asymmetric else None
         dist, value = self.policy(policy, critic)
@@ -207,7 +210,7 @@ class GaussianOnPolicy:
         """
         if not self._pending:
             raise RuntimeError("process_env_step() called without a preceding act()")
-        reward = reward.to(self.device, torch.float32)
+        reward = reward.to(self.device, self.dtype)
         terminated = terminated.to(self.device, torch.bool)
         truncated = truncated.to(self.device, torch.bool)
         if self.return_normalizer is not None:

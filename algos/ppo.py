@@ -13,15 +13,18 @@ entropy bonus, optimized with Adam over minibatch epochs. The on-policy runner d
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.distributions import Normal
 
 from robotrl.algos.on_policy_base import GaussianOnPolicy
 from robotrl.algos.optim import FlatParameters, GradientStep, NonFiniteError, adam
+from robotrl.algos.pg_core import gaussian_kl
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.nn.policy import GaussianActorCritic
 from robotrl.types import check_groups
@@ -89,6 +92,22 @@ class PPOConfig:
     """Normalize observations by running mean and variance (updated while acting)."""
     normalize_advantages: bool = True
     """Standardize advantages over each rollout before the epochs."""
+    normalize_advantages_per_minibatch: bool = False
+    """With ``normalize_advantages``, standardize within each minibatch instead (SB3's PPO;
+    RSL-RL's ``normalize_advantage_per_mini_batch``); a minibatch of one is left as it is."""
+    kl_estimator: str = "k3"
+    """KL(old || new) behind ``train/kl`` and the adaptive lr: "k3" (Schulman's estimator on the
+    rollout's actions, from the stored log-probabilities) or "gaussian" (the closed form between
+    the diagonal Gaussians of the update's start and of now, RSL-RL's)."""
+    clip_grad_per_network: bool = False
+    """Clip the actor's and the critic's gradient norms separately, each to ``max_grad_norm``
+    (RSL-RL), instead of their joint norm; needs separate networks (no shared_backbone)."""
+    clipfrac_outside_range: bool = False
+    """``train/clipfrac`` counts ratios outside the clip range (SB3's ``clip_fraction``) instead
+    of samples whose clipped term is the smaller (their surrogate gradient is zero)."""
+    adam_eps: float = 1e-5
+    """Adam's epsilon: 1e-5 as in the PPO reference implementation (Andrychowicz et al. 2021,
+    C.8) and SB3; RSL-RL keeps torch's 1e-8."""
     reward_scaling: bool = True
     """Divide rewards by the running std of the discounted return, clip to +-10 (Engstrom et al. 2020)."""
     critic_obs: tuple[str, ...] = ("policy",)
@@ -99,6 +118,13 @@ class PPOConfig:
         self.actor_hidden = tuple(int(w) for w in self.actor_hidden)
         self.critic_hidden = tuple(int(w) for w in self.critic_hidden)
         self.critic_obs = check_groups(self.critic_obs, "critic_obs")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(
+                f"unknown kl_estimator {self.kl_estimator!r}; known: {', '.join(KL_ESTIMATORS)}"
+            )
+        if self.clip_grad_per_network and self.shared_backbone:
+            raise ValueError("clip_grad_per_network needs separate networks: a shared backbone "
+                             "belongs to both")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(
                 f"unknown lr_schedule {self.lr_schedule!r}; known: {', '.join(LR_SCHEDULES)}"
@@ -115,6 +141,9 @@ class PPOConfig:
         if self.value_clip < 0 or self.max_grad_norm < 0:
             raise ValueError("value_clip and max_grad_norm must be >= 0 (0 disables)")
 
+
+KL_ESTIMATORS: tuple[str, ...] = ("k3", "gaussian")
+"""Values of ``PPOConfig.kl_estimator``."""
 
 LR_SCHEDULES: dict[str, Callable[[float, float, PPOConfig], float]] = {
     "fixed": lambda lr, progress, cfg: cfg.learning_rate,
@@ -152,6 +181,7 @@ LOSS_METRIC_KEYS: tuple[str, ...] = (
 )
 """The metrics ``ppo_loss`` returns, in order; ``update`` adds train/grad_norm/policy, train/lr
 and train/explained_variance."""
+_KL = LOSS_METRIC_KEYS.index("train/kl")
 
 
 class _PPOHead(torch.autograd.Function):
@@ -190,6 +220,11 @@ class _PPOHead(torch.autograd.Function):
         unclipped = ratio * advantages
         clipped = torch.clamp(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high) * advantages
         is_clipped = clipped < unclipped
+        if cfg.clipfrac_outside_range:  # SB3's |ratio - 1| > clip, per side
+            moved_ratio = ratio - 1.0
+            counted = (moved_ratio > cfg.clip_high) | (-moved_ratio > cfg.clip_low)
+        else:
+            counted = is_clipped
         pg_loss = -torch.minimum(unclipped, clipped).mean()
         grad_log_prob = unclipped.masked_fill(is_clipped, 0.0).mul_(-1.0 / b)[:, None]
         grad_mean = grad_log_prob * z
@@ -212,7 +247,7 @@ class _PPOHead(torch.autograd.Function):
         loss = pg_loss + cfg.value_coef * v_loss - cfg.entropy_coef * entropy
         metrics = torch.stack([
             pg_loss, v_loss, -entropy, loss, (torch.expm1(log_ratio) - log_ratio).mean(),
-            is_clipped.to(loss.dtype).mean(), entropy, std.mean()])
+            counted.to(loss.dtype).mean(), entropy, std.mean()])
         ctx.save_for_backward(grad_mean, grad_log_std, grad_value)
         ctx.mark_non_differentiable(metrics)
         return loss, metrics
@@ -236,16 +271,34 @@ def ppo_loss(
         policy: the actor-critic being optimized.
         batch: ``obs`` [B, obs_dim], ``action`` [B, A], ``log_prob``, ``value``,
             ``advantages``, ``returns`` [B] (a ``RolloutBuffer`` minibatch); ``critic_obs``
-            [B, critic_obs_dim] for an asymmetric critic.
+            [B, critic_obs_dim] for an asymmetric critic; ``old_mean``, ``old_std`` [B, A]
+            (the policy that collected the rollout) with ``cfg.kl_estimator == "gaussian"``.
         cfg: clip widths and loss weights.
 
     Returns:
         ``(loss [], metrics [8])``: detached metrics in the order of ``LOSS_METRIC_KEYS``
-        (``loss/value`` unweighted, ``loss/entropy`` = -entropy, ``train/kl`` the k3 estimate
-        of KL(old || new)).
+        (``loss/value`` unweighted, ``loss/entropy`` = -entropy, ``train/kl`` KL(old || new)
+        by ``cfg.kl_estimator``).
     """
     mean, log_std, value = policy.heads(batch["obs"], batch.get("critic_obs"))
-    return _PPOHead.apply(mean, log_std, value, batch, cfg)
+    loss, metrics = _PPOHead.apply(mean, log_std, value, batch, cfg)
+    if cfg.kl_estimator == "gaussian":
+        with torch.no_grad():
+            old = Normal(batch["old_mean"], batch["old_std"], validate_args=False)
+            new = Normal(mean, log_std.exp().expand_as(mean), validate_args=False)
+            kl = gaussian_kl(old, new)
+        metrics = torch.cat([metrics[:_KL], kl[None], metrics[_KL + 1:]])
+    return loss, metrics
+
+
+def _network_parts(policy: GaussianActorCritic) -> tuple[slice, slice]:
+    """The actor's (log std, mean head) and the critic's (value head, last) slices of the flat
+    vector of ``policy.parameters()``."""
+    params, critic = list(policy.parameters()), list(policy.critic_head.parameters())
+    if [id(p) for p in params[-len(critic):]] != [id(p) for p in critic]:
+        raise ValueError("the critic's parameters must come last in the flat vector")
+    split = sum(p.numel() for p in params) - sum(p.numel() for p in critic)
+    return slice(0, split), slice(split, None)
 
 
 class PPO(GaussianOnPolicy):
@@ -282,10 +335,18 @@ class PPO(GaussianOnPolicy):
         # one flat tensor for Adam and the gradient clip: the policy's small tensors (13 for
         # separate networks) cost ~0.1 ms of Python per minibatch on CPU
         self.flat = FlatParameters(self.policy.parameters())
-        # eps=1e-5 as in the PPO reference implementation (Andrychowicz et al. 2021, C.8)
-        self.optimizer = adam([self.flat.flat], self.lr, eps=1e-5)
-        self.step = GradientStep("PPO", "policy", self.optimizer, max_grad_norm=cfg.max_grad_norm,
-                                 flat=self.flat)
+        self.optimizer = adam([self.flat.flat], self.lr, eps=cfg.adam_eps)
+        # per network: the step only measures the joint norm, update() clips each part
+        self.step = GradientStep("PPO", "policy", self.optimizer, flat=self.flat,
+                                 max_grad_norm=0.0 if cfg.clip_grad_per_network
+                                 else cfg.max_grad_norm)
+        self._clip_parts = (_network_parts(self.policy) if cfg.clip_grad_per_network
+                            and cfg.max_grad_norm > 0 else ())
+        """Slices of ``flat`` clipped separately (actor, critic), or none."""
+        self._old_policy = (copy.deepcopy(self.policy).requires_grad_(False)
+                            if cfg.kl_estimator == "gaussian" else None)
+        """The policy as the update started (the one that collected the rollout), for the
+        closed-form KL; refreshed by each ``update``."""
 
     def _set_lr(self, lr: float) -> None:
         self.lr = lr
@@ -308,7 +369,11 @@ class PPO(GaussianOnPolicy):
                 step, so the parameters stay finite.
         """
         cfg, buf = self.cfg, self.buffer
-        explained_variance = self._explained_variance_and_normalize(cfg.normalize_advantages)
+        per_minibatch = cfg.normalize_advantages and cfg.normalize_advantages_per_minibatch
+        explained_variance = self._explained_variance_and_normalize(
+            cfg.normalize_advantages and not per_minibatch)
+        if self._old_policy is not None:
+            self._old_policy.load_state_dict(self.policy.state_dict())
         self._set_lr(LR_SCHEDULES[cfg.lr_schedule](self.lr, progress, cfg))
         params = self.step.params
         keys = (*LOSS_METRIC_KEYS, self.step.metric)
@@ -317,10 +382,23 @@ class PPO(GaussianOnPolicy):
         num_updates = 0
         for epoch in range(cfg.num_epochs):
             for i, batch in enumerate(buf.minibatches(cfg.num_minibatches, self.generator)):
+                if per_minibatch and batch["advantages"].numel() > 1:
+                    adv = batch["advantages"]
+                    batch["advantages"] = (adv - adv.mean()) / (adv.std() + 1e-8)
+                if self._old_policy is not None:
+                    with torch.no_grad():
+                        # the same rows in the same shape as the loss's forward: on the first
+                        # minibatch both round alike and the KL is exactly 0
+                        old = self._old_policy.dist(batch["obs"])
+                    batch["old_mean"], batch["old_std"] = old.loc, old.scale
                 loss, metrics = ppo_loss(self.policy, batch, cfg)
                 # the loss metrics ride with the gradients: averaged over ranks in the same
                 # all-reduce of a data-parallel run, so every rank sets the same adaptive lr
                 grad_norm, riders = self.step.backward(loss, metrics)
+                for part in self._clip_parts:  # as nn.utils.clip_grad_norm_, per network
+                    grad = self.flat.flat.grad[part]
+                    norm = torch.linalg.vector_norm(grad)
+                    grad.mul_((cfg.max_grad_norm / (norm + 1e-6)).clamp_max(1.0))
                 # one host sync per minibatch: the finiteness guard and the adaptive lr need it
                 step = torch.cat([riders, grad_norm[None].to(riders)])
                 finite, kl = torch.stack(

@@ -44,11 +44,16 @@ class SACConfig(OffPolicyConfig):
     """Learn alpha to hold the policy entropy at ``target_entropy`` (else alpha is fixed)."""
     target_entropy: float | None = None
     """Entropy target of the temperature loss; None: -action_dim (Haarnoja et al. 2018b)."""
+    squash_epsilon: float = 0.0
+    """log pi's tanh correction: 0 the exact log(1 - tanh(u)^2); > 0 log(1 - tanh(u)^2 + eps)
+    (Stable-Baselines3: 1e-6; the reference-equivalence test sets it)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.init_alpha <= 0:
             raise ValueError(f"init_alpha must be > 0, got {self.init_alpha}")
+        if self.squash_epsilon < 0:
+            raise ValueError(f"squash_epsilon must be >= 0, got {self.squash_epsilon}")
 
 
 # ---------------------------------------------------------------------------- pure losses
@@ -140,7 +145,8 @@ class SAC(OffPolicyLearner):
     def _networks(self, state_dim: int, act_dim: int) -> tuple[SquashedGaussianActor, EnsembleQ]:
         """(actor, critic ensemble) for replay rows of ``state_dim`` and ``act_dim`` actions."""
         cfg = self.cfg
-        return (SquashedGaussianActor(self.obs_dim, act_dim, cfg.actor_hidden, cfg.activation),
+        return (SquashedGaussianActor(self.obs_dim, act_dim, cfg.actor_hidden, cfg.activation,
+                                      squash_epsilon=cfg.squash_epsilon),
                 EnsembleQ(state_dim, act_dim, cfg.critic_hidden, cfg.num_critics, cfg.activation))
 
     def _adam(self, params: Any, lr: float) -> torch.optim.Optimizer:

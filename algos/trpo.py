@@ -72,7 +72,13 @@ class TRPOConfig:
     cg_iters: int = 10
     """Conjugate-gradient iterations for the natural gradient."""
     cg_damping: float = 0.1
-    """Added to the Fisher-vector product (F + damping I): keeps CG well-conditioned."""
+    """Added to the Fisher-vector product (F + damping I): keeps CG well-conditioned. F is the
+    Hessian of the KL summed over action dimensions; sb3-contrib's is of the KL averaged over
+    them, so its cg_damping d is ours d * action_dim (with max_kl its target_kl * action_dim)."""
+    reverse_kl: bool = False
+    """Bound the mean KL(new || old) (sb3-contrib's order) instead of KL(old || new) (Schulman et
+    al. 2015). Both have the Fisher matrix as Hessian at the old policy: only the exact KL the
+    line search checks differs."""
     fvp_fraction: float = 0.25
     """Fraction of the rollout (drawn at random) on which the Fisher-vector products are computed;
     the gradient and the line search use all of it (rllab's subsample_factor, Duan et al. 2016)."""
@@ -86,6 +92,9 @@ class TRPOConfig:
     """Passes of value regression over each rollout."""
     critic_minibatches: int = 16
     """Minibatches per value pass (minibatch = num_steps * num_envs / critic_minibatches)."""
+    value_coef: float = 1.0
+    """Weight of the value loss (half squared error) Adam minimizes; 2: sb3-contrib's plain mean
+    squared error, whose gradient is twice ours (under Adam only its eps tells them apart)."""
     normalize_advantages: bool = True
     """Standardize advantages over each rollout before the policy step."""
     actor_hidden: tuple[int, ...] = (64, 64)
@@ -131,6 +140,8 @@ class TRPOConfig:
             raise ValueError(f"min_action_std must be in [0, 1), got {self.min_action_std}")
         if not self.critic_lr > 0:
             raise ValueError(f"critic_lr must be > 0, got {self.critic_lr}")
+        if not self.value_coef > 0:
+            raise ValueError(f"value_coef must be > 0, got {self.value_coef}")
         if not 0 < self.fvp_fraction <= 1:
             raise ValueError(f"fvp_fraction must be in (0, 1], got {self.fvp_fraction}")
         if not self.cg_damping >= 0:
@@ -270,10 +281,15 @@ class TRPO(GaussianOnPolicy):
         self, old: Normal, obs: torch.Tensor, action: torch.Tensor, old_log_prob: torch.Tensor,
         advantages: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, Normal]:  # fmt: skip
-        """Surrogate loss [], mean KL(old || new) [] and the new distribution on [B] samples."""
+        """Surrogate loss [], the bounded mean KL [] (``_kl``) and the new distribution on [B]
+        samples."""
         dist = self.policy.dist(obs)
         loss, _ = surrogate_loss(dist.log_prob(action).sum(-1), old_log_prob, advantages)
-        return loss, gaussian_kl(old, dist), dist
+        return loss, self._kl(old, dist), dist
+
+    def _kl(self, old: Normal, new: Normal) -> torch.Tensor:
+        """[] the mean KL the trust region bounds (``TRPOConfig.reverse_kl`` picks the order)."""
+        return gaussian_kl(new, old) if self.cfg.reverse_kl else gaussian_kl(old, new)
 
     def _policy_step(self) -> dict[str, torch.Tensor]:
         """The natural-gradient step with line search on the whole rollout."""
@@ -294,7 +310,7 @@ class TRPO(GaussianOnPolicy):
             idx = torch.randperm(total, generator=self.generator, device=gen_device)
             idx = idx[: max(1, round(cfg.fvp_fraction * total))].to(self.device)
             sub = Normal(old.loc[idx], old.scale[idx], validate_args=False)
-            kl = gaussian_kl(sub, self.policy.dist(obs[idx]))
+            kl = self._kl(sub, self.policy.dist(obs[idx]))
         else:
             g = -distributed.mean(_flat(torch.autograd.grad(loss, params, retain_graph=True)))
         fvp = fisher_vector_product(kl, params, cfg.cg_damping)
@@ -348,7 +364,8 @@ class TRPO(GaussianOnPolicy):
                 critic_in = batch.get("critic_obs", batch["obs"])
                 loss, _ = value_loss(self.policy.value(critic_in), batch["value"],
                                      batch["returns"])  # fmt: skip
-                grad_norm = self.critic_step(loss, f"value epoch {epoch}, minibatch {i}")
+                weighted = loss if cfg.value_coef == 1.0 else cfg.value_coef * loss
+                grad_norm = self.critic_step(weighted, f"value epoch {epoch}, minibatch {i}")
                 total += torch.stack([loss.detach(), grad_norm])
                 count += 1
         value, grad_norm = total / count
@@ -363,8 +380,9 @@ class TRPO(GaussianOnPolicy):
         Returns:
             Flat metrics: ``loss/policy`` (surrogate loss after the step), ``loss/value`` (mean
             half squared error over the critic minibatches), ``train/kl`` (exact mean
-            KL(old || new) of the accepted step, 0 if none), ``train/step_fraction`` (accepted
-            fraction of the full step, 0 if none), ``train/line_search_accepted`` (1 or 0),
+            KL of the accepted step, 0 if none: KL(old || new), or KL(new || old) with
+            ``reverse_kl``), ``train/step_fraction`` (accepted fraction of the full step, 0 if
+            none), ``train/line_search_accepted`` (1 or 0),
             ``train/improvement`` (surrogate gain), ``train/entropy``, ``train/action_std``,
             ``train/explained_variance`` (of the rollout's values), ``train/cg_residual``
             (relative CG residual) and ``train/grad_norm/critic`` (mean over the value steps).

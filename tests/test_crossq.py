@@ -73,6 +73,27 @@ def test_renormalization_corrects_towards_running_statistics() -> None:
     torch.testing.assert_close(y, (x.detach() - 1.0) / std)
 
 
+def test_sb3_contrib_variant_hand_worked() -> None:
+    """``variant="sb3_contrib"``: the unbiased batch variance, also while warming up, and the
+    correction as a shifted mean and a scaled variance (tests/reference/test_sb3_contrib.py
+    checks it against sb3-contrib itself)."""
+    layer = BatchRenorm(1, momentum=0.5, eps=1e-3, warmup_steps=1, variant="sb3_contrib")
+    x = torch.tensor([[1.0], [3.0]])  # mean 2, unbiased variance 2
+    with training(layer):
+        torch.testing.assert_close(layer(x), torch.tensor([[-1.0], [1.0]]) / math.sqrt(2.001))
+    assert layer.running_mean.item() == pytest.approx(1.0)
+    assert layer.running_var.item() == pytest.approx(1.5)
+    r, d = math.sqrt(2.001 / 1.501), 1.0 / math.sqrt(1.501)  # both inside their bounds
+    mean, var = 2.0 - d * math.sqrt(2.0) / r, 2.0 / r**2
+    with training(layer):
+        torch.testing.assert_close(layer(x), (x - mean) / math.sqrt(var + 1e-3))
+    with pytest.raises(ValueError, match="unknown Batch Renormalization variant 'paper'; "
+                                         "known: ioffe, sb3_contrib"):
+        BatchRenorm(1, variant="paper")
+    with pytest.raises(ValueError, match="unknown renorm_variant 'paper'"):
+        CrossQConfig(renorm_variant="paper")
+
+
 def test_ensemble_members_keep_their_own_statistics() -> None:
     layer = BatchRenorm(3, members=2, momentum=1.0)
     x = torch.stack([torch.randn(16, 3), torch.randn(16, 3) * 5 + 2])

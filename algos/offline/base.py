@@ -73,6 +73,20 @@ class OfflineConfig:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
 
 
+def check_choice(name: str, value: str, known: tuple[str, ...]) -> None:
+    """Raise naming the known values when a named-variant field holds an unknown one."""
+    if value not in known:
+        raise ValueError(f"unknown {name} {value!r}; known: {', '.join(known)}")
+
+
+def check_log_std_range(bounds: Any) -> tuple[float, float]:
+    """A (low, high) log-std range as floats; raises unless low < high."""
+    low, high = (float(b) for b in bounds)
+    if not low < high:
+        raise ValueError(f"log_std_range must be (low, high) with low < high, got {bounds}")
+    return low, high
+
+
 def polyak(target: nn.Module, source: nn.Module, tau: float) -> None:
     """target <- (1 - tau) target + tau source, in one foreach kernel."""
     with torch.no_grad():
@@ -94,34 +108,47 @@ class TanhActor(nn.Module):
 
 class GaussianActor(nn.Module):
     """N(tanh(net(obs)), exp(log_std)) with a state-independent log std (IQL's and AWAC's
-    policies); the deterministic action is the mean, inside [-1, 1]."""
+    policies); the deterministic action is the mean, inside [-1, 1].
 
-    LOG_STD_MIN: ClassVar[float] = -5.0
-    LOG_STD_MAX: ClassVar[float] = 2.0
+    The parameter ``log_std`` [A] (zeros at init) gives the log std through one of two maps into
+    ``log_std_range``: clamped (IQL's reference code and CORL; no gradient past the bounds) or,
+    with ``sigmoid_log_std``, low + (high - low) sigmoid(log_std) (d3rlpy's ``NormalPolicy``
+    with ``use_std_parameter``; starts at the middle of the range).
+    """
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...],
-                 activation: str = "relu") -> None:
+                 activation: str = "relu", log_std_range: tuple[float, float] = (-5.0, 2.0),
+                 sigmoid_log_std: bool = False) -> None:
         super().__init__()
         self.net = mlp(obs_dim, hidden, act_dim, activation, ortho_init=False)
         self.log_std = nn.Parameter(torch.zeros(act_dim))
+        self.log_std_range = (float(log_std_range[0]), float(log_std_range[1]))
+        self.sigmoid_log_std = sigmoid_log_std
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """The mean action [B, A]."""
         return torch.tanh(self.net(obs))
 
+    def current_log_std(self) -> torch.Tensor:
+        """The log std [A] of the distribution (the parameter mapped into the range)."""
+        low, high = self.log_std_range
+        if self.sigmoid_log_std:
+            return low + torch.sigmoid(self.log_std) * (high - low)
+        return self.log_std.clamp(low, high)
+
     def std(self) -> torch.Tensor:
-        return self.log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX).exp()
+        return self.current_log_std().exp()
 
     def log_prob(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """log pi(action | obs): [B] for obs [B, O], action [B, A]."""
-        log_std = self.log_std.clamp(self.LOG_STD_MIN, self.LOG_STD_MAX)
+        log_std = self.current_log_std()
         z = (action - self(obs)) / log_std.exp()
         return (-0.5 * z.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
     def sample(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Actions [B, A] drawn from the policy, clipped to [-1, 1]."""
         mean = self(obs)
-        noise = torch.randn(mean.shape, device=mean.device, generator=generator)
+        noise = torch.randn(mean.shape, device=mean.device, dtype=mean.dtype, generator=generator)
         return (mean + self.std() * noise).clamp(-1.0, 1.0)
 
 
@@ -152,8 +179,11 @@ class OfflineLearner:
                  seed: int | None = None) -> None:
         self.cfg = cfg
         self.device = dev = torch.device(device)
-        low = torch.as_tensor(action_low, dtype=torch.float32)
-        high = torch.as_tensor(action_high, dtype=torch.float32)
+        self.dtype = torch.get_default_dtype()
+        """Floating dtype of the networks and of the attached data (the default dtype at
+        construction: float32, or float64 in the reference-equivalence tests)."""
+        low = torch.as_tensor(action_low, dtype=self.dtype)
+        high = torch.as_tensor(action_high, dtype=self.dtype)
         if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
             raise ValueError(f"{self.NAME} needs finite action bounds (actions live in [-1, 1])")
         self.action_low, self.action_high = low.to(dev), high.to(dev)
@@ -201,10 +231,11 @@ class OfflineLearner:
                 self.normalizer.var.copy_(obs.var(0, unbiased=False))
                 self.normalizer.count.fill_(obs.shape[0])
         scale, shift = self.reward_transform(data)
-        action = ((data.actions - self.center) / self.half_range).clamp(-1.0, 1.0)
-        table = torch.cat([self._norm(data.observations), action,
-                           (data.rewards * scale + shift)[:, None],
-                           self._norm(data.next_observations), data.table[:, -2:]], dim=1)
+        action = ((data.actions.to(self.dtype) - self.center) / self.half_range).clamp(-1.0, 1.0)
+        rewards = data.rewards.to(self.dtype) * scale + shift
+        table = torch.cat([self._norm(data.observations), action, rewards[:, None],
+                           self._norm(data.next_observations), data.table[:, -2:].to(self.dtype)],
+                          dim=1)
         self.data = Dataset.from_table(table, data.episode_starts, self.obs_dim, self.act_dim,
                                        data.card)
         if self.NEEDS_NEXT_ACTION:
@@ -225,7 +256,8 @@ class OfflineLearner:
         return batch
 
     def _norm(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.normalizer(obs.float()) if self.cfg.normalize_obs else obs.float()
+        obs = obs.to(self.dtype)
+        return self.normalizer(obs) if self.cfg.normalize_obs else obs
 
     # ------------------------------------------------------------------ acting
     @torch.no_grad()

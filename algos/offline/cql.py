@@ -16,8 +16,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, polyak
-from robotrl.algos.offline.losses import cql_penalty, ensemble_mse, td_target
+from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, check_choice, polyak
+from robotrl.algos.offline.losses import (
+    alpha_temperature_loss,
+    cql_penalty,
+    ensemble_mse,
+    td_target,
+)
 from robotrl.algos.optim import adam
 from robotrl.algos.sac import actor_loss, temperature_loss
 from robotrl.nn.actor import DeterministicActor, FirstColumns
@@ -45,6 +50,19 @@ class CQLConfig(OfflineConfig):
     """Hidden widths of actor and critics."""
     num_critics: int = 2
     """Q ensemble size (targets take the minimum)."""
+    backup_entropy: bool = False
+    """Subtract alpha log pi(a'|s') from the bootstrap value (SAC's soft backup; CORL's
+    ``backup_entropy``, off by default there too; d3rlpy's ``soft_q_backup``)."""
+    temperature_loss: str = "log_alpha"
+    """SAC temperature loss: log_alpha: -log(alpha) (log pi + target entropy) (SAC's reference
+    code, CORL); alpha: -alpha (log pi + target entropy) (d3rlpy: the same fixed point, the
+    gradient scaled by alpha)."""
+    update_order: str = "actor_first"
+    """actor_first: the temperature steps, the actor steps with the temperature from before
+    that step, then the critics step on the updated actor's samples with the Lagrange weight
+    from before its step; critic_first (d3rlpy): the critics step first, with the Lagrange
+    weight from after its step, then temperature and actor, the actor with the temperature from
+    after its step. Either way the bootstrap's alpha is the one the update started with."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -52,6 +70,8 @@ class CQLConfig(OfflineConfig):
             raise ValueError("num_actions and num_critics must be >= 1")
         if self.cql_alpha < 0 or self.cql_temperature <= 0:
             raise ValueError("cql_alpha must be >= 0 and cql_temperature > 0")
+        check_choice("temperature_loss", self.temperature_loss, ("log_alpha", "alpha"))
+        check_choice("update_order", self.update_order, ("actor_first", "critic_first"))
 
 
 class CQL(OfflineLearner):
@@ -103,34 +123,56 @@ class CQL(OfflineLearner):
         return action.view(b, k, -1), log_prob.view(b, k)
 
     def _update_once(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
-        cfg, obs, action = self.cfg, batch["obs"], batch["action"]
-        b, k, a = obs.shape[0], cfg.num_actions, self.act_dim
-        log_alpha = self.temperature.value
-        alpha = log_alpha.detach().exp()
+        alpha = self.temperature.value.detach().exp()  # the bootstrap's alpha in both orders
+        if self.cfg.update_order == "critic_first":
+            metrics = self._update_critic(batch, alpha)
+            metrics.update(self._update_actor(batch["obs"]))
+        else:
+            metrics = self._update_actor(batch["obs"])
+            metrics.update(self._update_critic(batch, alpha))
+        polyak(self.critic_target, self.critic, self.cfg.tau)
+        return metrics
 
-        # SAC's temperature and actor (CORL's order: alpha, actor, then critics)
+    def _update_actor(self, obs: torch.Tensor) -> dict[str, Any]:
+        """SAC's temperature step, then its actor step (critic parameters frozen)."""
+        cfg, log_alpha = self.cfg, self.temperature.value
+        alpha = log_alpha.detach().exp()
         pi_action, log_prob = self.actor.sample(obs, self.generator)
-        t_loss, metrics = temperature_loss(log_alpha, log_prob, self.target_entropy)
+        temperature = alpha_temperature_loss if cfg.temperature_loss == "alpha" else \
+            temperature_loss
+        t_loss, metrics = temperature(log_alpha, log_prob, self.target_entropy)
         self.alpha_step(t_loss, check=False)
+        if cfg.update_order == "critic_first":
+            alpha = log_alpha.detach().exp()
         self.critic.requires_grad_(False)
         p_loss, p_metrics = actor_loss(log_prob, self.critic(obs, pi_action), alpha)
         p_metrics[self.actor_step.metric] = self.actor_step(p_loss, check=False)
         self.critic.requires_grad_(True)
         metrics.update(p_metrics)
+        metrics["train/alpha"] = alpha
+        return metrics
 
+    def _update_critic(self, batch: dict[str, torch.Tensor],
+                       alpha: torch.Tensor) -> dict[str, Any]:
+        """TD error plus the conservative term, and the Lagrange weight's step."""
+        cfg, obs, action = self.cfg, batch["obs"], batch["action"]
+        b, k, a = obs.shape[0], cfg.num_actions, self.act_dim
         with torch.no_grad():
-            next_action, _ = self.actor.sample(batch["next_obs"], self.generator)
+            next_action, next_log_prob = self.actor.sample(batch["next_obs"], self.generator)
             next_q = self.critic_target(batch["next_obs"], next_action).min(0).values
+            if cfg.backup_entropy:
+                next_q = next_q - alpha * next_log_prob
             target = td_target(batch["reward"], batch["terminated"], next_q, cfg.gamma)
-            uniform = torch.rand(b, k, a, device=self.device, generator=self.generator) * 2 - 1
+            uniform = torch.rand(b, k, a, device=self.device, dtype=obs.dtype,
+                                 generator=self.generator) * 2 - 1
             act_s, logp_s = self._sample_k(obs)
             act_next, logp_next = self._sample_k(batch["next_obs"])
             sampled = torch.cat([uniform, act_next, act_s], 1)  # [B, 3K, A]
-            log_density = torch.cat([torch.full((b, k), a * math.log(0.5), device=self.device),
-                                     logp_next, logp_s], 1)
+            log_density = torch.cat([torch.full((b, k), a * math.log(0.5), device=self.device,
+                                                dtype=obs.dtype), logp_next, logp_s], 1)
         q_data = self.critic(obs, action)
         q_sampled = self.critic(obs.repeat_interleave(3 * k, 0), sampled.view(b * 3 * k, a))
-        mse, c_metrics = ensemble_mse(q_data, target)
+        mse, metrics = ensemble_mse(q_data, target)
         gap, gap_metrics = cql_penalty(q_sampled.view(-1, b, 3 * k), log_density, q_data,
                                        cfg.cql_temperature)
         if cfg.lagrange:
@@ -138,15 +180,16 @@ class CQL(OfflineLearner):
             e = cfg.num_critics
             w_loss = -(weight * (gap.detach() - e * cfg.target_action_gap)) / e
             self.weight_step(w_loss, check=False)
+            if cfg.update_order == "critic_first":
+                weight = self.cql_weight.value.exp().clamp(0.0, 1e6) * cfg.cql_alpha
             weight = weight.detach()
         else:
             weight = torch.tensor(cfg.cql_alpha, device=self.device)
         loss = mse + weight * gap
-        c_metrics[self.critic_step.metric] = self.critic_step(loss, check=False)
-        c_metrics["loss/critic"] = loss.detach()
-        metrics.update(c_metrics, **gap_metrics)
-        metrics["train/alpha"], metrics["train/cql_weight"] = alpha, weight
-        polyak(self.critic_target, self.critic, cfg.tau)
+        metrics[self.critic_step.metric] = self.critic_step(loss, check=False)
+        metrics["loss/critic"] = loss.detach()
+        metrics.update(gap_metrics)
+        metrics["train/cql_weight"] = weight
         return metrics
 
 

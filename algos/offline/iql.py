@@ -14,7 +14,13 @@ from typing import Any
 
 import torch
 
-from robotrl.algos.offline.base import GaussianActor, OfflineConfig, OfflineLearner, polyak
+from robotrl.algos.offline.base import (
+    GaussianActor,
+    OfflineConfig,
+    OfflineLearner,
+    check_log_std_range,
+    polyak,
+)
 from robotrl.algos.offline.losses import (
     advantage_weighted_loss,
     ensemble_mse,
@@ -45,6 +51,19 @@ class IQLConfig(OfflineConfig):
     normalize_reward: bool = True
     """Scale rewards by 1000 / (max - min episode return) of the dataset (IQL's locomotion
     setting)."""
+    q_on_updated_value: bool = True
+    """Q bootstraps from V after this update's V step (Kostrikov et al.'s code); False: from V
+    before it (CORL, d3rlpy)."""
+    actor_on_updated_value: bool = True
+    """The actor's advantages Q - V use V after this update's V step (Kostrikov et al.'s code,
+    d3rlpy); False: V before it (CORL). With ``q_on_updated_value`` the default is the
+    authors' order (V, then actor and Q from the new V); before issue 43 it was False, a mix
+    of the authors' and CORL's orders that matched neither."""
+    log_std_range: tuple[float, float] = (-5.0, 2.0)
+    """Bounds of the policy's state-independent log std."""
+    sigmoid_log_std: bool = False
+    """Map the log-std parameter into ``log_std_range`` by a sigmoid (d3rlpy) instead of
+    clamping it (IQL's reference code, CORL); see ``GaussianActor``."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -52,6 +71,7 @@ class IQLConfig(OfflineConfig):
             raise ValueError(f"expectile must be in (0, 1), got {self.expectile}")
         if self.temperature <= 0 or self.max_weight <= 0:
             raise ValueError("temperature and max_weight must be > 0")
+        self.log_std_range = check_log_std_range(self.log_std_range)
 
 
 def return_range_scale(data: Dataset) -> float:
@@ -75,7 +95,8 @@ class IQL(OfflineLearner):
                  seed: int | None = None) -> None:
         super().__init__(obs_dim, action_low, action_high, cfg, device, seed)
         dev, a = self.device, self.act_dim
-        self.actor = GaussianActor(obs_dim, a, cfg.hidden, cfg.activation).to(dev)
+        self.actor = GaussianActor(obs_dim, a, cfg.hidden, cfg.activation, cfg.log_std_range,
+                                   cfg.sigmoid_log_std).to(dev)
         self.value = mlp(obs_dim, cfg.hidden, 1, cfg.activation, ortho_init=False).to(dev)
         self.critic = EnsembleQ(obs_dim, a, cfg.hidden, cfg.num_critics, cfg.activation).to(dev)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
@@ -105,19 +126,31 @@ class IQL(OfflineLearner):
             q_target = self.critic_target(obs, action).min(0).values
         v = self.value(obs).squeeze(-1)
         v_loss, metrics = expectile_loss(q_target - v, cfg.expectile)
+        if not cfg.q_on_updated_value:
+            metrics.update(self._update_critic(batch))
         metrics[self.value_step.metric] = self.value_step(v_loss, check=False)
+        if cfg.actor_on_updated_value:
+            with torch.no_grad():
+                v = self.value(obs).squeeze(-1)
+        metrics.update(self._update_actor(obs, action, q_target - v.detach()))
+        if cfg.q_on_updated_value:
+            metrics.update(self._update_critic(batch))
+        polyak(self.critic_target, self.critic, cfg.tau)
+        return metrics
 
-        a_loss, a_metrics = advantage_weighted_loss(self.actor.log_prob(obs, action),
-                                                    q_target - v.detach(), cfg.temperature,
-                                                    cfg.max_weight)
-        a_metrics[self.actor_step.metric] = self.actor_step(a_loss, check=False)
-        metrics.update(a_metrics)
+    def _update_actor(self, obs: torch.Tensor, action: torch.Tensor,
+                      advantage: torch.Tensor) -> dict[str, Any]:
+        """Advantage-weighted regression on the data's actions; ``advantage`` [B] detached."""
+        loss, metrics = advantage_weighted_loss(self.actor.log_prob(obs, action), advantage,
+                                                self.cfg.temperature, self.cfg.max_weight)
+        metrics[self.actor_step.metric] = self.actor_step(loss, check=False)
+        return metrics
 
+    def _update_critic(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """Q towards r + gamma V(s') with the value function as it is now."""
         with torch.no_grad():
             next_v = self.value(batch["next_obs"]).squeeze(-1)
-            target = td_target(batch["reward"], batch["terminated"], next_v, cfg.gamma)
-        q_loss, q_metrics = ensemble_mse(self.critic(obs, action), target)
-        q_metrics[self.critic_step.metric] = self.critic_step(q_loss, check=False)
-        metrics.update(q_metrics)
-        polyak(self.critic_target, self.critic, cfg.tau)
+            target = td_target(batch["reward"], batch["terminated"], next_v, self.cfg.gamma)
+        loss, metrics = ensemble_mse(self.critic(batch["obs"], batch["action"]), target)
+        metrics[self.critic_step.metric] = self.critic_step(loss, check=False)
         return metrics

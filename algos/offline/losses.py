@@ -102,6 +102,37 @@ def advantage_weighted_loss(log_prob: torch.Tensor, advantage: torch.Tensor, tem
     return loss, {"loss/actor": loss.detach(), "train/weight": weight.mean()}
 
 
+def softmax_weighted_loss(log_prob: torch.Tensor, advantage: torch.Tensor,
+                          temperature: float) -> tuple[torch.Tensor, Metrics]:
+    """AWAC's weights normalized over the batch (d3rlpy's ``AWACImpl``):
+    -sum_i w_i log pi(a_i|s_i), w = B softmax_batch(adv / temperature), unclipped.
+
+    The weights average 1 over the batch; the loss is their batch sum, B times the mean form
+    (with Adam the scale reaches the step only through its epsilon).
+
+    Args:
+        log_prob: [B] log pi of the dataset's actions.
+        advantage: [B] (detached) Q(s, a) - V(s).
+    """
+    weight = torch.softmax(advantage.detach() / temperature, dim=0) * advantage.numel()
+    loss = -(log_prob * weight).sum()
+    return loss, {"loss/actor": loss.detach(), "train/weight": weight.mean()}
+
+
+def alpha_temperature_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor,
+                           target_entropy: float) -> tuple[torch.Tensor, Metrics]:
+    """SAC's temperature loss on alpha itself: -alpha E[log pi + target_entropy], alpha =
+    exp(log_alpha) (d3rlpy's ``SACImpl.update_temp``). The fixed point is SAC's; the gradient
+    with respect to log alpha is the log-alpha form's scaled by alpha.
+
+    Args:
+        log_alpha: [] the learnable log temperature.
+        log_prob: [B] log pi of actions sampled at the batch's states (detached here).
+    """
+    loss = -(log_alpha.exp() * (log_prob.detach() + target_entropy)).mean()
+    return loss, {"loss/alpha": loss.detach()}
+
+
 def cql_penalty(q_sampled: torch.Tensor, log_density: torch.Tensor, q_data: torch.Tensor,
                 temperature: float = 1.0) -> tuple[torch.Tensor, Metrics]:
     """CQL(H)'s conservative term per critic (Kumar et al. 2020, eq. 4, importance-sampled as

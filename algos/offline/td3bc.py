@@ -34,6 +34,13 @@ class TD3BCConfig(OfflineConfig):
     """Critic updates per actor and target update."""
     num_critics: int = 2
     """Critic ensemble size (clipped double Q: targets take the minimum)."""
+    actor_on_first_update: bool = False
+    """Update the actor and the targets on updates 0, p, 2p, ... (p = ``policy_freq``; ReBRAC's
+    and d3rlpy's loops) instead of p-1, 2p-1, ... (TD3's and Fujimoto's TD3+BC)."""
+    lagged_actor_target: bool = False
+    """Move the target actor toward the actor as it was before this update's actor step
+    (ReBRAC's authors' ``update_actor`` passes the old ``actor.params`` to
+    ``incremental_update``); False: toward the updated actor, as TD3 and the critic target."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,7 +86,8 @@ class TD3BC(OfflineLearner):
     def _smoothed_next_action(self, next_obs: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
         mean = self.actor_target(next_obs)
-        noise = torch.randn(mean.shape, device=self.device, generator=self.generator)
+        noise = torch.randn(mean.shape, device=self.device, dtype=mean.dtype,
+                            generator=self.generator)
         noise = (noise * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
         return (mean + noise).clamp(-1.0, 1.0)
 
@@ -102,10 +110,14 @@ class TD3BC(OfflineLearner):
                                cfg.gamma)
         loss, metrics = ensemble_mse(self.critic(batch["obs"], batch["action"]), target)
         metrics[self.critic_step.metric] = self.critic_step(loss, check=False)
-        if (self.num_updates + 1) % cfg.policy_freq == 0:
+        phase = 0 if cfg.actor_on_first_update else cfg.policy_freq - 1
+        if self.num_updates % cfg.policy_freq == phase:
+            if cfg.lagged_actor_target:  # the target's step reads the actor before its step
+                polyak(self.actor_target, self.actor, cfg.tau)
             self.critic.requires_grad_(False)  # the actor's backward skips critic weights
             metrics.update(self._update_actor(batch))
             self.critic.requires_grad_(True)
-            polyak(self.actor_target, self.actor, cfg.tau)
+            if not cfg.lagged_actor_target:
+                polyak(self.actor_target, self.actor, cfg.tau)
             polyak(self.critic_target, self.critic, cfg.tau)
         return metrics

@@ -169,12 +169,18 @@ class Dataset:
         if not episodes:
             raise DatasetError(f"{where}: no episodes")
         obs, nxt, lengths = [], [], []
+        first = episodes[0]
+        widths = {k: np.shape(first[k])[1:] for k in ("observations", "actions")}
         for i, ep in enumerate(episodes):
             o = np.asarray(ep["observations"])
             n = len(ep["rewards"])
             if o.shape[0] != n + 1:
                 raise DatasetError(f"{where}: episode {i} has {o.shape[0]} observations for {n} "
                                    f"steps (expected steps + 1)")
+            for key, width in widths.items():
+                if np.shape(ep[key])[1:] != width:
+                    raise DatasetError(f"{where}: episode {i}'s {key} have shape "
+                                       f"{np.shape(ep[key])[1:]} per step, episode 0's {width}")
             obs.append(o[:-1])
             nxt.append(o[1:])
             lengths.append(n)

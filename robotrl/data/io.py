@@ -175,11 +175,16 @@ def check_minari(path: Path) -> None:
     if not all(type(v) is int and v >= 0 for v in counts.values()):
         raise DatasetError(f"{where}: metadata {counts} must be counts (integers >= 0)")
     if fmt == "hdf5":
+        widths = {k: tuple(json.loads(meta[f"{k}_space"])["shape"])
+                  for k in ("observation", "action")}
         _check_minari_hdf5(path / "main_data.hdf5", counts["total_steps"],
-                           counts["total_episodes"], where)
+                           counts["total_episodes"], widths, where)
 
 
-def _check_minari_hdf5(file: Path, steps: int, episodes: int, where: str) -> None:
+def _check_minari_hdf5(file: Path, steps: int, episodes: int, widths: dict[str, tuple[int, ...]],
+                       where: str) -> None:
+    """Every episode's array headers (``check_h5_array``), their per-step shapes against the
+    declared spaces (``widths``), and the step count against the metadata."""
     with _open_hdf5(file) as f, h5_errors(file):
         names = [f"episode_{i}" for i in range(episodes)]
         if sorted(f.keys()) != sorted(names):
@@ -195,6 +200,10 @@ def _check_minari_hdf5(file: Path, steps: int, episodes: int, where: str) -> Non
             for key in ("actions", "terminations", "truncations"):
                 check_h5_array(ep.get(key), f"{where}: {name}/{key}", (2,) if key == "actions"
                                else (1,), n)
+            for key, space in (("observations", "observation"), ("actions", "action")):
+                if ep[key].shape[1:] != widths[space]:
+                    raise DatasetError(f"{where}: {name}/{key} have shape {ep[key].shape[1:]} "
+                                       f"per step; the {space} space declares {widths[space]}")
             total += n
         if total != steps:
             raise DatasetError(f"{where}: episodes hold {total} steps, metadata says {steps}")

@@ -29,14 +29,20 @@ def tanh_log_det_jacobian(u: torch.Tensor) -> torch.Tensor:
 
 
 def squashed_log_prob(
-    noise: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor
+    noise: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor, epsilon: float = 0.0
 ) -> torch.Tensor:
     """log pi(tanh(u)) for u = mean + std * noise, summed over action dims: [..., A] -> [...].
 
     Change of variables: log N(u; mean, std) - sum log(1 - tanh(u)^2) (SAC eq. 21).
+    ``epsilon`` > 0 takes log(1 - tanh(u)^2 + epsilon) instead of the exact term
+    (Stable-Baselines3's guard against log 0, there 1e-6; the exact form needs none).
     """
     gaussian = -0.5 * noise.square() - log_std - _HALF_LOG_2PI
-    return (gaussian - tanh_log_det_jacobian(u)).sum(-1)
+    if epsilon > 0:
+        log_det = torch.log(1.0 - torch.tanh(u).square() + epsilon)
+    else:
+        log_det = tanh_log_det_jacobian(u)
+    return (gaussian - log_det).sum(-1)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -53,11 +59,14 @@ class SquashedGaussianActor(nn.Module):
         hidden: Sequence[int] = (256, 256),
         activation: str = "relu",
         net: nn.Module | None = None,
+        squash_epsilon: float = 0.0,
     ) -> None:
         """Args: ``net`` [B, obs_dim] -> [B, 2 act_dim] replaces the MLP of ``hidden`` widths
-        (e.g. a deep residual network, ``robotrl.nn.residual.DeepResNet``)."""
+        (e.g. a deep residual network, ``robotrl.nn.residual.DeepResNet``);
+        ``squash_epsilon`` as ``squashed_log_prob``'s ``epsilon`` (0: the exact term)."""
         super().__init__()
         self.act_dim, self.obs_dim = act_dim, obs_dim
+        self.squash_epsilon = squash_epsilon
         self.net = net if net is not None else mlp(obs_dim, hidden, 2 * act_dim, activation,
                                                    ortho_init=False)
 
@@ -73,7 +82,7 @@ class SquashedGaussianActor(nn.Module):
         mean, log_std = self(obs)
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         u = mean + log_std.exp() * noise
-        return torch.tanh(u), squashed_log_prob(noise, log_std, u)
+        return torch.tanh(u), squashed_log_prob(noise, log_std, u, self.squash_epsilon)
 
     def deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         """tanh(mean): [B, A] in (-1, 1)."""
