@@ -167,3 +167,32 @@ def test_malicious_pt2_export_runs_nothing(tmp_path: Path) -> None:
         with pytest.raises(Exception):  # noqa: B017
             torch.export.load(str(evil))
     assert (tmp_path / "pwned").exists(), "the archive is not malicious: the test proves nothing"
+
+
+def test_hdf5_holding_a_pickle_runs_nothing(tmp_path: Path) -> None:
+    """A D4RL-style file whose field holds a pickle (as opaque bytes, or as HDF5 object data)
+    is refused by its dtype; nothing is unpickled."""
+    import pickle
+
+    import h5py
+    import numpy as np
+
+    from robotrl.data import DatasetError, load_dataset
+
+    payload = pickle.dumps(Sentinel(tmp_path / "pwned"))
+    for kind in ("opaque", "bytes"):
+        path = tmp_path / f"{kind}.hdf5"
+        with h5py.File(path, "w") as f:
+            f["observations"] = np.zeros((4, 3), np.float32)
+            f["actions"] = np.zeros((4, 2), np.float32)
+            f["rewards"] = np.zeros(4, np.float32)
+            f["terminals"] = np.zeros(4, bool)
+            if kind == "opaque":
+                f["timeouts"] = np.array([np.void(payload)] * 4)
+            else:
+                f.create_dataset("timeouts", data=np.array([payload] * 4, dtype=f"S{len(payload)}"))
+        with pytest.raises(DatasetError, match="dtype .* is not allowed"):
+            load_dataset(str(path))
+        assert robotrl("train", "algo=bc", f"dataset={path}", f"run_dir={tmp_path / 'r'}"
+                       ).returncode == 2
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "r").exists()

@@ -302,6 +302,11 @@ def test_lr_schedules() -> None:
     assert set(LR_SCHEDULES) == {"fixed", "adaptive", "linear"}
     with pytest.raises(ValueError, match="known: fixed, linear, adaptive"):
         PPOConfig(lr_schedule="cosine")
+    # the peers' switches (tests/reference) name what is wrong too
+    with pytest.raises(ValueError, match="known: k3, gaussian"):
+        PPOConfig(kl_estimator="k2")
+    with pytest.raises(ValueError, match="clip_grad_per_network needs separate networks"):
+        PPOConfig(clip_grad_per_network=True, shared_backbone=True)
     for schedule, expected in (("linear", 0.25e-3), ("fixed", 1e-3)):
         torch.manual_seed(0)
         cfg = PPOConfig(**SMALL, lr_schedule=schedule, learning_rate=1e-3)
