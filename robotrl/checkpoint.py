@@ -39,6 +39,15 @@ _NUMERIC_KINDS = "biufc"
 """NumPy dtype kinds a checkpoint may hold (bool, int, uint, float, complex): never objects."""
 
 
+def _read_umask() -> int:
+    umask = os.umask(0)  # the only way to read it; once, at import, before any thread
+    os.umask(umask)
+    return umask
+
+
+_UMASK = _read_umask()
+
+
 class CheckpointError(ValueError):
     """A checkpoint file is missing, truncated, corrupt, of another format, or holds more than
     data; the message names the file and the problem."""
@@ -54,10 +63,8 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[A
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make outputs private
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would make outputs private
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
@@ -135,8 +142,9 @@ def _decode(value: Any, tensors: dict[str, torch.Tensor], where: str, depth: int
         dtype, shape = np.dtype(str(value["dtype"])), value["shape"]
         if dtype.kind not in _NUMERIC_KINDS or dtype.hasobject:
             raise ValueError(f"{where}: NumPy dtype {dtype} is not allowed")
-        if not (isinstance(shape, list) and all(type(s) is int and s >= 0 for s in shape)):
-            raise ValueError(f"{where}: bad array shape {shape!r}")
+        if not (isinstance(shape, list) and len(shape) <= 32
+                and all(type(s) is int and 0 <= s < 2**62 for s in shape)):
+            raise ValueError(f"{where}: bad array shape {shape!r:.80}")
         raw = tensors.get(value[tag]) if isinstance(value[tag], str) else None
         if raw is None or raw.dtype != torch.uint8 or raw.dim() != 1:
             raise ValueError(f"{where}: refers to bytes the file does not hold")
@@ -271,7 +279,10 @@ def upgrade_checkpoint(path: str | os.PathLike[str]) -> Path:
     if not isinstance(payload, dict) or payload.get("format_version") != 1:
         raise CheckpointError(f"{str(path)!r} is not a robotrl checkpoint of format 1")
     payload = {k: v for k, v in payload.items() if k != "format_version"}
-    return save_checkpoint(path, payload)
+    try:
+        return save_checkpoint(path, payload)
+    except TypeError as err:  # something an old robotrl pickled that is not data
+        raise CheckpointError(f"{str(path)!r} cannot be converted: {err}") from None
 
 
 # ---------------------------------------------------------------------------- run locks
@@ -293,7 +304,7 @@ def run_lock(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
 
     path = Path(run_dir) / ".lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -312,3 +323,36 @@ def run_lock(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def remove_if_empty(run_dir: str | os.PathLike[str]) -> None:
+    """Remove ``run_dir`` when it holds nothing but a released run lock (a run refused before
+    it wrote anything); a lock another process holds, or any other file, leaves it as it is."""
+    import fcntl
+
+    run_dir = Path(run_dir)
+    lock = run_dir / ".lock"
+    with contextlib.suppress(OSError):
+        fd = os.open(lock, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: in use
+            if [p.name for p in run_dir.iterdir()] == [".lock"]:
+                os.unlink(lock)
+        finally:
+            os.close(fd)
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()  # only ever removes an empty directory
+
+
+@contextlib.contextmanager
+def restoring(what: str) -> Iterator[None]:
+    """Errors while restoring state read from a checkpoint (a missing key, a tensor of the
+    wrong shape or type) as ``CheckpointError`` naming ``what``: the file does not fit."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError,
+            OverflowError) as err:
+        raise CheckpointError(f"{what} does not fit this run ({type(err).__name__}: "
+                              f"{str(err)[:300]})") from None

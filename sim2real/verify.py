@@ -9,10 +9,13 @@ largest absolute difference from the torch actor per backend.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
+import json
 import logging
 import warnings
+import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -114,6 +117,70 @@ def weights_only_unpickling() -> Iterator[None]:
         torch.load, pickle.loads = real_load, real_loads
 
 
+SYMPY_CALLS = frozenset({
+    "Symbol", "Integer", "Rational", "Max", "Min", "Abs", "Mod", "Eq", "Ne", "Lt", "Le", "Gt",
+    "Ge", "And", "Or", "Not", "Piecewise", "FloorDiv", "ModularIndexing", "Where", "PythonMod",
+    "CleanDiv", "CeilToInt", "FloorToInt", "CeilDiv", "LShift", "RShift", "PowByNatural",
+    "FloatPow", "FloatTrueDiv", "IntTrueDiv", "IsNonOverlappingAndDenseIndicator", "TruncToFloat",
+    "TruncToInt", "RoundToInt", "RoundDecimal", "ToFloat", "Identity"})
+"""Functions a pt2 archive's symbolic shapes may call (sympy's and torch's own)."""
+_SYMPY_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Call, ast.keyword, ast.Name,
+                ast.Constant, ast.Load, ast.operator, ast.unaryop)
+
+
+def check_sym_expr(text: str) -> None:
+    """Raise ``ValueError`` unless ``text`` is arithmetic over symbols, numbers and
+    ``SYMPY_CALLS``: ``torch.export.load`` hands each shape expression of an archive to
+    ``sympy.sympify``, which ``eval``s it (``__import__('os').system(...)`` would run)."""
+    if len(text) > 4096:
+        raise ValueError("a symbolic shape expression over 4096 characters")
+    tree = ast.parse(text, mode="eval")
+    for node in ast.walk(tree):
+        bad = not isinstance(node, _SYMPY_NODES)
+        if isinstance(node, ast.Call):
+            bad = not (isinstance(node.func, ast.Name) and node.func.id in SYMPY_CALLS)
+        elif isinstance(node, ast.Name):
+            bad = node.id.startswith("_") or not node.id.isidentifier()
+        elif isinstance(node, ast.keyword):
+            bad = node.arg is None or node.arg.startswith("_")
+        elif isinstance(node, ast.Constant):
+            bad = not isinstance(node.value, (int, float, bool, str)) or (
+                isinstance(node.value, str) and not node.value.isidentifier())
+        if bad:
+            raise ValueError(f"symbolic shape {text[:80]!r} is not plain arithmetic")
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    if names - called - {"oo", "True", "False"} - {n for n in names if n[:1] in "su"
+                                                       and n[1:].isdigit()}:
+        raise ValueError(f"symbolic shape {text[:80]!r} names something other than symbols")
+
+
+def check_pt2_archive(source: str | io.BytesIO) -> None:
+    """Check every symbolic shape expression in a pt2 archive's JSON (``check_sym_expr``)
+    before ``torch.export.load`` reads it; a bad one raises ``ValueError``."""
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == "expr_str":
+                    if not isinstance(item, str):
+                        raise ValueError("a symbolic shape that is not a string")
+                    check_sym_expr(item)
+                else:
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    with zipfile.ZipFile(source) as archive:
+        for info in archive.infolist():
+            if info.filename.endswith(".json"):
+                if info.file_size > 64 << 20:
+                    raise ValueError(f"{info.filename}: over 64 MiB of JSON")
+                walk(json.loads(archive.read(info)))
+    if isinstance(source, io.BytesIO):
+        source.seek(0)
+
+
 def load_torch_module(data: bytes | str, fmt: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """A pt2 (``torch.export.load``, tensors read with ``weights_only``: see
     ``weights_only_unpickling``) or TorchScript (``torch.jit.load``: TorchScript's own
@@ -121,6 +188,7 @@ def load_torch_module(data: bytes | str, fmt: str) -> Callable[[torch.Tensor], t
     source = io.BytesIO(data) if isinstance(data, bytes) else data
     with quiet_torch():
         if fmt == "pt2":
+            check_pt2_archive(source)
             with weights_only_unpickling():
                 return torch.export.load(source).module()
         if fmt == "torchscript":

@@ -196,3 +196,78 @@ def test_hdf5_holding_a_pickle_runs_nothing(tmp_path: Path) -> None:
         assert robotrl("train", "algo=bc", f"dataset={path}", f"run_dir={tmp_path / 'r'}"
                        ).returncode == 2
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "r").exists()
+
+
+def test_pt2_shape_expression_that_runs_code_is_refused(tmp_path: Path) -> None:
+    """torch.export.load ``sympify``s (``eval``s) the archive's symbolic shapes: an expression
+    that calls ``os.system`` is refused before torch sees it."""
+    import io
+    import zipfile
+
+    from robotrl.sim2real.verify import load_torch_module
+
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(torch.nn.Linear(3, 2), (torch.zeros(4, 3),),
+                                  dynamic_shapes=({0: batch},))
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    evil = tmp_path / "evil.pt2"
+    attack = f"__import__('os').system('touch {tmp_path / 'pwned'}')*0 + "
+    with zipfile.ZipFile(io.BytesIO(buffer.getvalue())) as src, zipfile.ZipFile(evil, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item)
+            if item.filename.endswith("models/model.json"):
+                data = data.replace(b'"expr_str": "Symbol', f'"expr_str": "{attack}Symbol'.encode())
+                assert attack.encode() in data
+            dst.writestr(item, data)
+    with pytest.raises(ValueError, match="not plain arithmetic"):
+        load_torch_module(str(evil), "pt2")
+    assert not (tmp_path / "pwned").exists()
+    import warnings
+
+    with warnings.catch_warnings():  # the control: torch's own loader evaluates it
+        warnings.simplefilter("ignore")
+        torch.export.load(str(evil))
+    assert (tmp_path / "pwned").exists(), "the archive is not malicious: the test proves nothing"
+
+
+def test_a_checkpoint_cannot_steer_where_a_resumed_run_writes(tmp_path: Path) -> None:
+    """resume= continues in the checkpoint's own run directory (never one its config names),
+    refuses interpolations in the saved config, and a state that does not fit the learner is
+    one line and exit 2."""
+    run = tmp_path / "run"
+    assert robotrl("train", *SMALL_RUN, "total_steps=64", f"run_dir={run}").returncode == 0
+    last = run / "checkpoints" / "last.pt"
+    ckpt = load_checkpoint(last)
+    elsewhere = tmp_path / "elsewhere"
+    ckpt["config"]["run_dir"] = str(elsewhere)
+    save_checkpoint(last, ckpt)
+    proc = robotrl("train", "total_steps=128", f"resume={last}")
+    assert proc.returncode == 0, proc.stderr
+    assert not elsewhere.exists() and load_checkpoint(last)["global_step"] == 128
+    ckpt["config"]["env"]["options"] = {"home": "${oc.env:HOME}"}
+    save_checkpoint(last, ckpt)
+    refused(robotrl("train", "total_steps=192", f"resume={last}"), "interpolation")
+    ckpt["config"]["env"]["options"] = {}
+    ckpt["algo"] = {"policy": 3}
+    save_checkpoint(last, ckpt)
+    refused(robotrl("eval", f"checkpoint={last}"), "does not fit")
+    refused(robotrl("train", "total_steps=192", f"resume={last}"), "does not fit")
+
+
+def test_hdf5_compression_bomb_is_refused(tmp_path: Path) -> None:
+    import h5py
+    import numpy as np
+
+    from robotrl.data import DatasetError, load_dataset
+
+    path = tmp_path / "bomb.hdf5"
+    rows = 2_000_000
+    with h5py.File(path, "w") as f:  # zeros: gzip stores 48 MB of observations in kilobytes
+        for name, width in (("observations", 6), ("actions", 2), ("rewards", 0),
+                            ("terminals", 0), ("timeouts", 0)):
+            f.create_dataset(name, data=np.zeros((rows, width) if width else rows, np.float32),
+                             compression="gzip")
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(DatasetError, match="compression bomb"):
+        load_dataset(str(path))

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from robotrl import distributed
-from robotrl.checkpoint import CheckpointError, load_checkpoint
+from robotrl.checkpoint import CheckpointError, load_checkpoint, restoring
 from robotrl.config import TrainConfig, from_dict, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
 from robotrl.envs.randomization import RandomizationConfig
@@ -69,7 +69,8 @@ def build_algo(cfg: TrainConfig, spec: EnvSpec, state: dict[str, Any] | None = N
                        world_size=rank.world_size, policy=cfg.policy if token_policy else None)
     alg = cls.build(spec, cfg.algo, ctx)
     if state is not None:
-        alg.load_state_dict(state)
+        with restoring("the checkpoint's learner state"):
+            alg.load_state_dict(state)
     return alg
 
 
@@ -79,7 +80,7 @@ def load_run(checkpoint: str, device: str = "cpu") -> tuple[TrainConfig, dict[st
     ckpt = load_checkpoint(checkpoint, required=("config", "algo"))  # the CLI: exit 2
     try:
         cfg = from_dict(TrainConfig, ckpt["config"])
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:
         raise CheckpointError(f"checkpoint {checkpoint!r} holds an invalid config: {err}"
                               ) from None
     cfg.device = device

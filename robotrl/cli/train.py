@@ -150,9 +150,10 @@ def resolve_config(composed: dict[str, Any], overrides: list[str]) -> TrainConfi
         return cfg
     from omegaconf import OmegaConf
 
-    from robotrl.checkpoint import load_checkpoint
+    from robotrl.checkpoint import load_checkpoint, resolve_path
 
     saved = load_checkpoint(resume, required=("config",))["config"]
+    check_saved_config(saved, resume)
     explicit = [o for o in overrides if not o.startswith(("resume=", "hydra", "-"))]
     changes, groups = [], {}
     for o in explicit:
@@ -170,7 +171,37 @@ def resolve_config(composed: dict[str, Any], overrides: list[str]) -> TrainConfi
     merged = OmegaConf.merge(OmegaConf.create(saved), OmegaConf.from_dotlist(changes))
     data = {**OmegaConf.to_container(merged, resolve=True), **groups}
     data["resume"] = resume
+    if not any(o.split("=", 1)[0].lstrip("+") == "run_dir" for o in explicit):
+        # the run continues where its checkpoint lies, never where the file says it was
+        path = resolve_path(resume)
+        if path.parent.name != "checkpoints":
+            raise ConfigError(f"resume={resume} is not inside a run's checkpoints/ folder: give "
+                              "run_dir=DIR for the resumed run")
+        data["run_dir"] = str(path.parent.parent)
     return from_dict(TrainConfig, data)
+
+
+def check_saved_config(saved: Any, resume: str) -> None:
+    """A checkpoint's config is a mapping of plain values, already resolved: an OmegaConf
+    interpolation (``${...}``) in it would read environment variables or blow up on merging."""
+    from robotrl.checkpoint import CheckpointError
+
+    def strings(value: Any) -> Any:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield from strings(k)
+                yield from strings(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                yield from strings(v)
+        elif isinstance(value, str):
+            yield value
+
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"checkpoint {resume!r} holds a config that is not a mapping")
+    if any("${" in text for text in strings(saved)):
+        raise CheckpointError(f"checkpoint {resume!r} holds an interpolation (${{...}}) in its "
+                              "config; robotrl writes resolved configs only")
 
 
 def task_from_dataset(cfg: TrainConfig, overrides: list[str]) -> None:
@@ -304,11 +335,11 @@ def train_main(argv: list[str]) -> None:
 
     def refuse(kind: str, err: Exception, run_dir: str) -> None:
         """Exit 2 naming the problem; the run directory Hydra made for it goes if empty."""
+        from robotrl.checkpoint import remove_if_empty
+
         print(f"{kind} error: {err}", file=sys.stderr)
-        with contextlib.suppress(OSError):
-            if [p.name for p in Path(run_dir).iterdir()] == [".lock"]:  # released run lock
-                (Path(run_dir) / ".lock").unlink()
-            Path(run_dir).rmdir()  # only ever removes an empty directory
+        if run_dir:
+            remove_if_empty(run_dir)
         raise SystemExit(2) from None
 
     @hydra.main(config_path="pkg://robotrl.configs", config_name="train", version_base="1.3")

@@ -115,7 +115,10 @@ def _card_value_ok(key: str, value: Any) -> bool:
     if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kind):
         return False
     if kind == (int, float):
-        return math.isfinite(value)
+        try:
+            return math.isfinite(value)
+        except OverflowError:  # an int beyond float's range
+            return False
     if key == "observations":
         return all(isinstance(v, str) for v in value)
     if key == "task_options":

@@ -111,7 +111,7 @@ def _minari_card(ds: Any, path: Path) -> DatasetCard:
         if meta.get(key) is not None:
             try:
                 setattr(card, key, float(meta[key]))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise DatasetError(f"{path.parent}: metadata {key}={meta[key]!r:.40} is not a "
                                    "number") from None
     card.source = str(path.parent)
@@ -139,7 +139,8 @@ def _check_space(meta: dict[str, Any], key: str, where: str) -> None:
         kind = space.get("type") if isinstance(space, dict) else space
         raise DatasetError(f"{where}: {key} is {kind!r:.40}; robotrl reads flat Box spaces only")
     shape, dtype = space.get("shape"), space.get("dtype")
-    if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)
+    if not (isinstance(shape, list) and len(shape) <= 8
+            and all(type(n) is int and 0 <= n <= MAX_SPACE_SIZE for n in shape)
             and np.prod(shape, dtype=object) <= MAX_SPACE_SIZE):
         raise DatasetError(f"{where}: {key} has shape {shape!r:.60}; expected at most "
                            f"{MAX_SPACE_SIZE} numbers")
@@ -159,9 +160,15 @@ def check_minari(path: Path) -> None:
     where = str(path.parent)
     meta_file = path / "metadata.json"
     try:
-        if meta_file.stat().st_size > MAX_METADATA_BYTES:
+        if not meta_file.is_file():
+            raise DatasetError(f"{where}: metadata.json is not a regular file")
+        with open(meta_file, "rb") as f:
+            raw = f.read(MAX_METADATA_BYTES + 1)
+        if len(raw) > MAX_METADATA_BYTES:
             raise DatasetError(f"{where}: metadata.json is over {MAX_METADATA_BYTES} bytes")
-        meta = json.loads(meta_file.read_text())
+        meta = json.loads(raw)
+    except DatasetError:
+        raise
     except (OSError, ValueError, RecursionError) as err:
         raise DatasetError(f"{where}: unreadable metadata.json ({err})") from None
     if not isinstance(meta, dict):
@@ -169,16 +176,15 @@ def check_minari(path: Path) -> None:
     for key in ("observation_space", "action_space"):
         _check_space(meta, key, where)
     fmt = meta.get("data_format", "hdf5")
-    if fmt not in ("hdf5", "arrow"):
-        raise DatasetError(f"{where}: data_format {fmt!r:.40}; allowed: hdf5, arrow")
+    if fmt != "hdf5":  # arrow files carry no headers robotrl checks before reading
+        raise DatasetError(f"{where}: data_format {fmt!r:.40}; robotrl reads Minari's hdf5 "
+                           "storage (minari's default), not arrow")
     counts = {k: meta.get(k) for k in ("total_steps", "total_episodes")}
     if not all(type(v) is int and v >= 0 for v in counts.values()):
         raise DatasetError(f"{where}: metadata {counts} must be counts (integers >= 0)")
-    if fmt == "hdf5":
-        widths = {k: tuple(json.loads(meta[f"{k}_space"])["shape"])
-                  for k in ("observation", "action")}
-        _check_minari_hdf5(path / "main_data.hdf5", counts["total_steps"],
-                           counts["total_episodes"], widths, where)
+    widths = {k: tuple(json.loads(meta[f"{k}_space"])["shape"]) for k in ("observation", "action")}
+    _check_minari_hdf5(path / "main_data.hdf5", counts["total_steps"], counts["total_episodes"],
+                       widths, where)
 
 
 def _check_minari_hdf5(file: Path, steps: int, episodes: int, widths: dict[str, tuple[int, ...]],
@@ -186,11 +192,14 @@ def _check_minari_hdf5(file: Path, steps: int, episodes: int, widths: dict[str, 
     """Every episode's array headers (``check_h5_array``), their per-step shapes against the
     declared spaces (``widths``), and the step count against the metadata."""
     with _open_hdf5(file) as f, h5_errors(file):
+        if len(f) != episodes:  # before anything sized by the metadata is built
+            raise DatasetError(f"{where}: {len(f)} episode groups in the data file, "
+                               f"metadata says {episodes}")
         names = [f"episode_{i}" for i in range(episodes)]
         if sorted(f.keys()) != sorted(names):
-            raise DatasetError(f"{where}: {len(f.keys())} episode groups in the data file, "
-                               f"metadata says {episodes}")
-        total = 0
+            raise DatasetError(f"{where}: episode groups are not episode_0 ... "
+                               f"episode_{episodes - 1}")
+        total, budget = 0, memory_budget()
         for name in names:
             ep = f[name]
             if not isinstance(ep, _h5py().Group):
@@ -204,6 +213,16 @@ def _check_minari_hdf5(file: Path, steps: int, episodes: int, widths: dict[str, 
                 if ep[key].shape[1:] != widths[space]:
                     raise DatasetError(f"{where}: {name}/{key} have shape {ep[key].shape[1:]} "
                                        f"per step; the {space} space declares {widths[space]}")
+            infos = ep.get("infos")  # minari reads every array in it whole
+            if infos is not None:
+                arrays: list[Any] = []
+                infos.visititems(lambda _, obj, out=arrays: out.append(obj))
+                for obj in arrays:
+                    if isinstance(obj, _h5py().Dataset):
+                        check_h5_array(obj, f"{where}: {name}/infos/{obj.name}", (1, 2, 3, 4))
+            budget -= 8 * (n + 1) * (int(np.prod(widths["observation"])) + 4)
+            if budget < 0:
+                raise DatasetError(f"{where}: the episodes hold more than this machine's memory")
             total += n
         if total != steps:
             raise DatasetError(f"{where}: episodes hold {total} steps, metadata says {steps}")
@@ -328,6 +347,11 @@ def _read_hdf5_fields(f: Any, path: Path) -> dict[str, np.ndarray]:
     dims = {"actions": (2,), "next_observations": (2,), "rewards": (1, 2)}
     for key in keys[1:]:
         check_h5_array(f[key], f"{path}: field {key!r}", dims.get(key, (1,)), rows)
+    # float32 copies of everything, twice (the arrays, then the dataset's table)
+    needed = 2 * 4 * sum(int(np.prod(f[k].shape, dtype=object)) for k in keys)
+    if needed > memory_budget():
+        raise DatasetError(f"{path}: loading it needs ~{needed / 2**30:.1f} GiB, more than this "
+                           "machine's memory")
     return {k: np.asarray(f[k]) for k in keys}
 
 
@@ -339,7 +363,7 @@ def h5_errors(path: Path) -> Iterator[None]:
         yield
     except DatasetError:
         raise
-    except (OSError, KeyError, RuntimeError, ValueError, TypeError) as err:
+    except (OSError, KeyError, RuntimeError, ValueError, TypeError, OverflowError) as err:
         raise DatasetError(f"{path}: truncated or corrupt data ({err})") from None
 
 
@@ -412,10 +436,24 @@ def check_h5_array(obj: Any, where: str, ndims: tuple[int, ...], rows: int | Non
     if nbytes > memory_budget():
         raise DatasetError(f"{where}: claims shape {obj.shape} ({nbytes / 2**30:.1f} GiB), more "
                            f"than this machine's memory; refusing to allocate it")
-    if not obj.compression and obj.id.get_storage_size() < nbytes:
+    stored = obj.id.get_storage_size()
+    if not obj.compression and stored < nbytes:
         raise DatasetError(f"{where}: claims shape {obj.shape} ({nbytes} bytes) but the file "
-                           f"stores {obj.id.get_storage_size()}: truncated or corrupt")
+                           f"stores {stored}: truncated or corrupt")
+    if obj.compression and nbytes > MAX_COMPRESSION * max(stored, 1):
+        raise DatasetError(f"{where}: {stored} stored bytes claim {nbytes} ({obj.compression}): "
+                           f"more than {MAX_COMPRESSION}x, refused as a compression bomb")
+    if obj.chunks is not None and nbytes:
+        chunks = int(np.prod([-(-n // c) for n, c in zip(obj.shape, obj.chunks, strict=True)]))
+        if obj.id.get_num_chunks() != chunks:
+            raise DatasetError(f"{where}: {obj.id.get_num_chunks()} of its {chunks} chunks are "
+                               "written: truncated or corrupt")
     return int(obj.shape[0]) if obj.shape else 0
+
+
+MAX_COMPRESSION = 200
+"""Largest ratio of claimed to stored bytes a compressed array may have (real datasets
+compress 2-10x; a larger claim is a bomb)."""
 
 
 def load_hdf5(path: str | Path) -> Dataset:

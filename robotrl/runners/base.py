@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import torch
 
 from robotrl import distributed
-from robotrl.checkpoint import load_checkpoint, save_checkpoint
+from robotrl.checkpoint import load_checkpoint, restoring, save_checkpoint
 from robotrl.envs.base import BatchedEnv, Obs, obs_to
 from robotrl.envs.wrappers import RecordEpisodeStatistics
 from robotrl.logging import Logger, ProgressBar, console
@@ -304,19 +304,20 @@ class Runner:
     def load(self, path: str | Path) -> None:
         """Continue from a checkpoint: the run proceeds exactly as if never interrupted."""
         ckpt = self.checkpointer.load(path)
-        self.alg.load_state_dict(ckpt["algo"])
-        if self.collector is not None:
-            self.env.load_state_dict(ckpt["env"])
-            obs = ckpt["obs"]  # a flat tensor in checkpoints written before observation groups
-            self.collector.obs = obs_to(obs if isinstance(obs, dict) else {"policy": obs},
-                                        self.device)
-        self.iteration = int(ckpt["iteration"])
-        self.global_step = int(ckpt["global_step"])
-        self.best_eval = ckpt.get("best_eval")
-        self.evaluations = list(ckpt.get("evaluations", []))  # absent before issue 13
-        self.train_seconds = float(ckpt.get("train_seconds", 0.0))
-        self._load_extra_state(ckpt)
-        set_rng_state(ckpt["rng"])
+        with restoring(f"checkpoint {str(path)!r}"):  # a file that does not fit: named error
+            self.alg.load_state_dict(ckpt["algo"])
+            if self.collector is not None:
+                self.env.load_state_dict(ckpt["env"])
+                obs = ckpt["obs"]  # a flat tensor in checkpoints from before observation groups
+                self.collector.obs = obs_to(obs if isinstance(obs, dict) else {"policy": obs},
+                                            self.device)
+            self.iteration = int(ckpt["iteration"])
+            self.global_step = int(ckpt["global_step"])
+            self.best_eval = ckpt.get("best_eval")
+            self.evaluations = list(ckpt.get("evaluations", []))  # absent before issue 13
+            self.train_seconds = float(ckpt.get("train_seconds", 0.0))
+            self._load_extra_state(ckpt)
+            set_rng_state(ckpt["rng"])
 
     def _evaluate(self, logger: Logger) -> None:
         """Evaluate, log, and write ``best.pt`` (atomically) when the return beats the best."""

@@ -170,6 +170,9 @@ class GroupRunner(Runner):
         if path.exists():
             try:
                 saved = load_checkpoint(path, required=("train", "test", "task", "seed"))
+                if not all(isinstance(saved[k], torch.Tensor) and saved[k].dim() == 2
+                           for k in ("train", "test")):
+                    raise CheckpointError(f"{path} holds no [S, state] train and test states")
             except CheckpointError as err:
                 raise ValueError(f"{err}; delete it to draw the initial states again") from None
             shapes = (tuple(saved["train"].shape), tuple(saved["test"].shape))
