@@ -94,7 +94,8 @@ class PPOConfig:
     """Standardize advantages over each rollout before the epochs."""
     normalize_advantages_per_minibatch: bool = False
     """With ``normalize_advantages``, standardize within each minibatch instead (SB3's PPO;
-    RSL-RL's ``normalize_advantage_per_mini_batch``); a minibatch of one is left as it is."""
+    RSL-RL's ``normalize_advantage_per_mini_batch``); a minibatch of one is left as it is.
+    Needs ``normalize_advantages`` (refused without it)."""
     kl_estimator: str = "k3"
     """KL(old || new) behind ``train/kl`` and the adaptive lr: "k3" (Schulman's estimator on the
     rollout's actions, from the stored log-probabilities) or "gaussian" (the closed form between
@@ -122,6 +123,10 @@ class PPOConfig:
             raise ValueError(
                 f"unknown kl_estimator {self.kl_estimator!r}; known: {', '.join(KL_ESTIMATORS)}"
             )
+        if self.adam_eps <= 0:
+            raise ValueError(f"adam_eps must be > 0, got {self.adam_eps}")
+        if self.normalize_advantages_per_minibatch and not self.normalize_advantages:
+            raise ValueError("normalize_advantages_per_minibatch needs normalize_advantages")
         if self.clip_grad_per_network and self.shared_backbone:
             raise ValueError("clip_grad_per_network needs separate networks: a shared backbone "
                              "belongs to both")

@@ -307,6 +307,10 @@ def test_lr_schedules() -> None:
         PPOConfig(kl_estimator="k2")
     with pytest.raises(ValueError, match="clip_grad_per_network needs separate networks"):
         PPOConfig(clip_grad_per_network=True, shared_backbone=True)
+    with pytest.raises(ValueError, match="adam_eps must be > 0"):
+        PPOConfig(adam_eps=-1e-8)
+    with pytest.raises(ValueError, match="needs normalize_advantages"):
+        PPOConfig(normalize_advantages=False, normalize_advantages_per_minibatch=True)
     for schedule, expected in (("linear", 0.25e-3), ("fixed", 1e-3)):
         torch.manual_seed(0)
         cfg = PPOConfig(**SMALL, lr_schedule=schedule, learning_rate=1e-3)
