@@ -115,7 +115,23 @@ def record_ppo_updates(ours: Any, monkeypatch: pytest.MonkeyPatch,
     return steps
 
 
+def adam_state(optimizer: torch.optim.Optimizer, params: dict[str, torch.nn.Parameter],
+               step_of: str) -> dict[str, Any]:
+    """A peer's parameters and Adam moments (by name) after its step, and the step count of
+    the parameter ``step_of``."""
+    return {"params": {n: p.detach().clone() for n, p in params.items()},
+            **{key: {n: optimizer.state[p][key].clone() for n, p in params.items()}
+               for key in ("exp_avg", "exp_avg_sq")},
+            "step": float(optimizer.state[params[step_of]]["step"])}
+
+
 @pytest.fixture
 def record_ppo() -> Callable[..., list[dict[str, Any]]]:
     """``record_ppo_updates`` as a fixture."""
     return record_ppo_updates
+
+
+@pytest.fixture
+def peer_adam() -> Callable[..., dict[str, Any]]:
+    """``adam_state`` as a fixture (test modules cannot import the conftest)."""
+    return adam_state

@@ -161,7 +161,8 @@ def test_rollout_and_gae_match_rsl_rl(monkeypatch: pytest.MonkeyPatch,
     print(f"\nrollout and GAE vs RSL-RL: largest relative difference {rel:.2e}")
 
 
-def _record_theirs(theirs: RslPPO, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def _record_theirs(theirs: RslPPO, monkeypatch: pytest.MonkeyPatch,
+                   adam_state: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:
     """Per optimizer step of RSL-RL's ``PPO.update``: its loss terms and KL read from
     ``update``'s frame when it calls ``optimizer.step()``, the norms its two
     ``clip_grad_norm_`` calls returned, the lr, the clipped gradients, then the parameters and
@@ -196,11 +197,7 @@ def _record_theirs(theirs: RslPPO, monkeypatch: pytest.MonkeyPatch) -> list[dict
             "lr": optimizer.param_groups[0]["lr"],
         }
         optimizer_step()
-        step["params"] = {n: p.detach().clone() for n, p in params.items()}
-        for key in ("exp_avg", "exp_avg_sq"):
-            step[key] = {n: optimizer.state[p][key].clone() for n, p in params.items()}
-        step["step"] = float(optimizer.state[params["critic.mlp.0.weight"]]["step"])
-        steps.append(step)
+        steps.append({**step, **adam_state(optimizer, params, "critic.mlp.0.weight")})
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording_clip)
     monkeypatch.setattr(optimizer, "step", recording_step)
@@ -208,7 +205,8 @@ def _record_theirs(theirs: RslPPO, monkeypatch: pytest.MonkeyPatch) -> list[dict
 
 
 def test_ppo_update_matches_rsl_rl(monkeypatch: pytest.MonkeyPatch, close: Callable[..., float],
-                                   record_ppo: Callable[..., list]) -> None:
+                                   record_ppo: Callable[..., list],
+                                   peer_adam: Callable[..., dict[str, Any]]) -> None:
     ours, theirs = _build(monkeypatch)
     _collect(ours, theirs, monkeypatch)
     st = theirs.storage
@@ -230,7 +228,7 @@ def test_ppo_update_matches_rsl_rl(monkeypatch: pytest.MonkeyPatch, close: Calla
         mine = record_ppo(ours, patch, _rsl_name)
         ours.update()
     with monkeypatch.context() as patch:
-        theirs_steps = _record_theirs(theirs, patch)
+        theirs_steps = _record_theirs(theirs, patch, peer_adam)
         theirs.update()
     assert len(mine) == len(theirs_steps) == EPOCHS * MINIBATCHES
 

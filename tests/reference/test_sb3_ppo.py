@@ -189,7 +189,8 @@ def test_gae_with_termination_and_truncation_matches_sb3(
     print(f"\nGAE vs SB3: largest relative difference {rel:.2e}")
 
 
-def _record_theirs(theirs: Any, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+def _record_theirs(theirs: Any, monkeypatch: pytest.MonkeyPatch,
+                   adam_state: Callable[..., dict[str, Any]]) -> list[dict[str, Any]]:
     """Per optimizer step of SB3's ``PPO.train``: its loss terms read from ``train``'s frame
     when it calls ``optimizer.step()``, the norm ``clip_grad_norm_`` returned, the clipped
     gradients, then the parameters and Adam's state after the step."""
@@ -218,11 +219,7 @@ def _record_theirs(theirs: Any, monkeypatch: pytest.MonkeyPatch) -> list[dict[st
             "lr": optimizer.param_groups[0]["lr"],
         }
         optimizer_step()
-        step["params"] = {n: p.detach().clone() for n, p in params.items()}
-        for key in ("exp_avg", "exp_avg_sq"):
-            step[key] = {n: optimizer.state[p][key].clone() for n, p in params.items()}
-        step["step"] = float(optimizer.state[params["log_std"]]["step"])
-        steps.append(step)
+        steps.append({**step, **adam_state(optimizer, params, "log_std")})
 
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording_clip)
     monkeypatch.setattr(optimizer, "step", recording_step)
@@ -230,7 +227,8 @@ def _record_theirs(theirs: Any, monkeypatch: pytest.MonkeyPatch) -> list[dict[st
 
 
 def test_ppo_update_matches_sb3(monkeypatch: pytest.MonkeyPatch, close: Callable[..., float],
-                                record_ppo: Callable[..., list]) -> None:
+                                record_ppo: Callable[..., list],
+                                peer_adam: Callable[..., dict[str, Any]]) -> None:
     ours, theirs, fake_np = _build(monkeypatch)
     _collect(ours, theirs)
     buf, sb3_buf = ours.buffer, theirs.rollout_buffer
@@ -250,7 +248,7 @@ def test_ppo_update_matches_sb3(monkeypatch: pytest.MonkeyPatch, close: Callable
         mine = record_ppo(ours, patch, NAMES.__getitem__)
         metrics = ours.update()
     with monkeypatch.context() as patch:
-        theirs_steps = _record_theirs(theirs, patch)
+        theirs_steps = _record_theirs(theirs, patch, peer_adam)
         theirs.train()
     assert len(mine) == len(theirs_steps) == EPOCHS * MINIBATCHES
 
