@@ -147,7 +147,7 @@ def test_pickled_weights_and_remote_code_are_refused(tmp_path: Path) -> None:
                           "AutoModelForCausalLM": "evil_modeling.Evil"}
     config["model_type"] = "evil"  # no built-in class: only the shipped code could load it
     (remote / "config.json").write_text(json.dumps(config))
-    with pytest.raises((ValueError, KeyError)):
+    with pytest.raises(Exception):  # noqa: B017 - transformers' own refusal (type varies by version)
         _policy(path=str(remote))
     assert not (tmp_path / "pwned").exists()
 
