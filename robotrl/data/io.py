@@ -314,6 +314,7 @@ def save_minari(data: Dataset, dataset_id: str, root: str | Path | None = None) 
                 ref_min_score=card.ref_min_score if both else None,
                 ref_max_score=card.ref_max_score if both else None,
                 description=f"{card.kind} data recorded by robotrl".strip(),
+                data_format="hdf5",  # the storage whose headers load_dataset checks
                 **spaces)
         ds.storage.update_metadata({CARD_KEY: json.dumps(card.to_dict())})
         final.parent.mkdir(parents=True, exist_ok=True)
