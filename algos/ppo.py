@@ -196,7 +196,7 @@ class _PPOHead(torch.autograd.Function):
     ``value_loss``) records ~40 autograd nodes per minibatch; on CPU, with PPO's small networks,
     their bookkeeping costs about as much as the matmuls. Here the forward computes the loss, the
     metrics and the gradients of the loss with respect to ``mean``, ``log_std`` and ``value``
-    in one pass without recording, and the backward scales them. tests/test_ppo.py checks loss,
+    in one pass without recording, and the backward scales them. tests/algos/test_ppo.py checks loss,
     metrics and gradients against the composition of ``pg_core``'s functions.
 
     Per sample, with z = (a - mean) / std: d log_prob / d mean = z / std and

@@ -20,7 +20,7 @@ contestants interleaved so that a burst of load from other processes hits them a
 shows the best repeat (least time) and the median, and the ratio of best rates.
 
 Scene: ``robotrl.envs.tasks.tabletop.Tabletop`` (its fixed camera ``top``), every joint placed
-uniformly in [-0.15, 0.15]; without that module, the scene of ``tests/test_camera.py``.
+uniformly in [-0.15, 0.15]; without that module, the scene of ``tests/envs/test_camera.py``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def load_scene() -> tuple[mujoco.MjModel, str, str]:
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return module.scene(), "top", "tests/test_camera.py scene"
+        return module.scene(), "top", "tests/envs/test_camera.py scene"
     return Tabletop.load_model(), Tabletop.camera, "tabletop"
 
 

@@ -9,7 +9,7 @@ so a task is defined once for both backends. Auto-reset is on device: every step
 state for every world with a torch generator on the env's device and one jitted call puts it,
 with ``mjx.forward``, into the finished worlds (``where``); nothing is copied to the host.
 
-Differences from the native backend (see tests/test_jax_backends.py for the tolerances):
+Differences from the native backend (see tests/envs/test_jax_backends.py for the tolerances):
 
 * float32 physics (JAX's default), so trajectories drift from the float64 native ones; contact
   sims diverge chaotically after some tens of steps.

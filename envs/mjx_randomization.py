@@ -13,7 +13,7 @@ from the mass matrix at ``qpos0`` as MuJoCo does: for body b with COM Jacobian J
 trace(A[3:,3:])/3; a hinge or slide dof gets ``M^-1[i,i]``, a ball or free joint the mean of its
 dofs' diagonal (translational and rotational parts apart); a body moved by slide joints alone
 (``body_simple == 2``, e.g. Reacher's target) gets ``[1/mass, 0]`` and its dofs ``1/mass``.
-Matches ``mj_setConst`` to float32 precision (tests/test_jax_backends.py).
+Matches ``mj_setConst`` to float32 precision (tests/envs/test_jax_backends.py).
 
 Not recomputed: ``tendon_invweight0`` (read by MJX for limited tendons and tendon friction loss:
 such models refuse inertial randomization), ``actuator_acc0`` (muscles), ``body_subtreemass``

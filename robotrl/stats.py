@@ -5,7 +5,7 @@ Scores are arrays ``[runs, tasks]`` (here: seeds x datasets, normalized so 1 = t
 expert). Every aggregate takes such an array and returns a float; ``interval_estimates`` adds
 stratified-bootstrap confidence intervals (runs are resampled with replacement within each
 task, tasks are kept). The estimators follow rliable 1.2.0 exactly (its definitions, not its
-code); ``tests/test_stats.py`` pins them against numbers rliable itself printed. rliable is not
+code); ``tests/base/test_stats.py`` pins them against numbers rliable itself printed. rliable is not
 a dependency: it needs ``arch`` 7.2, which breaks on pandas 3.
 
 Bootstrap functions are vectorized: they take ``[reps, runs, tasks]`` and return ``[reps]``.

@@ -61,7 +61,7 @@ class GymnasiumSpec:
     ``settotalmass`` (HalfCheetah's: each load printed a deprecation warning, through the
     progress bar). The attribute comes out of the XML and the compiled model gets what it did:
     ``mj_setTotalmass`` scales masses and inertias, ``mj_setConst`` recomputes what depends on
-    them (checked equal to Gymnasium's own model in tests/test_tasks.py)."""
+    them (checked equal to Gymnasium's own model in tests/envs/test_tasks.py)."""
 
     def __init__(self, file: str) -> None:
         path = gymnasium_asset(file)

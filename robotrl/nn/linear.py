@@ -190,7 +190,7 @@ def _skinny_input(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     its operand's layout, i.e. computes ``grad^T x``; a contiguous copy of ``weight.t()`` (in x
     out numbers, small for such layers) makes that operand row-major. The forward product is
     the same (bit for bit on MKL from 4 rows; used from ``SKINNY_MIN_ROWS``:
-    ``tests/test_linear.py``).
+    ``tests/nn/test_linear.py``).
     """
     wt = weight.t().contiguous()
     return torch.addmm(bias, x, wt) if bias is not None else x @ wt

@@ -1,13 +1,13 @@
 """Golden runs: fixed-seed PPO, TRPO and SAC runs on HalfCheetah and Hopper (native backend, CPU)
 through the same build path as ``robotrl train``, compared with values recorded before a
-refactor (``tests/data/golden.json``).
+refactor (``tests/fixtures/golden.json``).
 
 On the torch build that recorded them the comparison is exact: a refactor that moves code
 keeps every logged metric, the evaluation and the exported actor's parameters bit for bit. On
 another torch build (CI also tests the newest torch) kernels may round differently, so there the
 numbers must agree within ``OTHER_BUILD_RTOL``; chaotic dynamics can amplify a last-bit
 difference, so a failure there is reported with both versions named. A change that must alter
-the numbers re-records them (``python tests/test_golden.py``) in the same commit and says why.
+the numbers re-records them (``python tests/runners/test_golden.py``) in the same commit and says why.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from robotrl.cli.build import build_runner
 from robotrl.config import TrainConfig, from_dict
 from robotrl.seeding import seed_everything
 
-DATA = Path(__file__).parent / "data" / "golden.json"
+DATA = Path(__file__).parents[1] / "fixtures" / "golden.json"
 OTHER_BUILD_RTOL = 1e-3
 """Relative tolerance of metrics on a torch build other than the recording one."""
 

@@ -1,6 +1,6 @@
 """CrossQ: Batch Renormalization against hand-worked numbers and torch's BatchNorm, the joint
 (s, a) / (s', a') critic batch, no target critics, modes, export, bad config (its learning
-run is in tests/test_sac.py, beside SAC's)."""
+run is in tests/algos/test_sac.py, beside SAC's)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """robotrl.stats against rliable 1.2.0's own numbers and hand-worked cases.
 
-The reference numbers below were printed by ``tests/data/rliable_reference.py`` run with
+The reference numbers below were printed by ``tests/fixtures/rliable_reference.py`` run with
 rliable 1.2.0, arch 7.2.0, pandas 2.3.3, numpy (its venv's) on 2026-11-23; the inputs are rebuilt
 here from the same seed. Point estimates must agree to 1e-5. Bootstrap intervals are Monte Carlo
 (rliable draws from numpy's global RNG, we from a Generator): the reference is the mean of

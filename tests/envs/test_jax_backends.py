@@ -2,7 +2,7 @@
 
 Skipped without JAX / MJX / Brax (CI installs only ``.[dev]``). Everything runs on CPU JAX with
 4 worlds. JAX compiles each env's step once, 30-120 s on a 2-core CPU, so every test that
-steps an env is marked slow (``pytest -m slow tests/test_jax_backends.py``); they share envs
+steps an env is marked slow (``pytest -m slow tests/envs/test_jax_backends.py``); they share envs
 through a module fixture and a session-wide persistent compilation cache. The fast tests check
 what needs no compilation (errors, registration).
 

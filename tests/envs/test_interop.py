@@ -189,7 +189,7 @@ def test_cleanrl_style_loop_runs_on_both_simulators(tmp_path) -> None:  # noqa: 
     import sys
     from pathlib import Path
 
-    script = Path(__file__).parents[1] / "examples" / "ppo_gymnasium_vector.py"
+    script = Path(__file__).parents[2] / "examples" / "ppo_gymnasium_vector.py"
     for sim in ("robotrl", "gymnasium"):
         out = tmp_path / f"{sim}.json"
         run = subprocess.run([sys.executable, str(script), "--sim", sim, "--task", "hopper",
