@@ -34,17 +34,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from robotrl.algos.optim import GradientStep, adam, run_owed_updates
 from robotrl.algos.sac import temperature_loss
 from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.residual import DeepResNet
 from robotrl.nn.squashed_gaussian import SquashedGaussianActor
+from robotrl.optim import GradientStep, adam, run_owed_updates
 from robotrl.storage.trajectory import TrajectoryReplay
 from robotrl.types import Obs, policy_obs
 
 if TYPE_CHECKING:
-    from robotrl.envs.base import EnvSpec
-    from robotrl.types import BuildContext
+    from robotrl.types import BuildContext, EnvSpec
 
 
 # ---------------------------------------------------------------------------- energies
@@ -290,12 +289,8 @@ class CRL:
     def __init__(self, spec: EnvSpec, cfg: CRLConfig, num_envs: int,
                  device: str | torch.device = "cpu", seed: int | None = None) -> None:
         if spec.goal is None:
-            from robotrl.envs.registry import list_tasks, task_class
-            from robotrl.envs.tasks.base import GoalTask
-
-            goal_tasks = [t for t in list_tasks() if issubclass(task_class(t), GoalTask)]
             raise ValueError(f"CRL learns goal-conditioned tasks; {spec.task!r} has no goal "
-                             f"(goal tasks: {', '.join(goal_tasks)})")
+                             "(the goal tasks: robotrl.envs.list_tasks(goal=True))")
         self.cfg, self.spec, self.num_envs = cfg, spec, num_envs
         self.device = dev = torch.device(device)
         low = spec.action_low.to(dev, torch.float32)

@@ -27,13 +27,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from robotrl.algos.optim import GradientStep, adam
 from robotrl.algos.sac import SAC, SACConfig, soft_td_target
 from robotrl.nn.batch_renorm import RENORM_VARIANTS, BatchRenorm, training
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.linear import Linear
 from robotrl.nn.mlp import make_activation
 from robotrl.nn.squashed_gaussian import SquashedGaussianActor
+from robotrl.optim import GradientStep, adam
 
 
 @dataclass

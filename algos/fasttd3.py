@@ -34,11 +34,11 @@ import torch
 from torch import nn
 
 from robotrl.algos.off_policy_base import OffPolicyConfig, OffPolicyLearner
-from robotrl.algos.optim import adam
 from robotrl.nn.actor import DeterministicActor
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.mlp import mlp
 from robotrl.nn.normalizer import RunningNormalizer
+from robotrl.optim import adam
 from robotrl.types import Obs, policy_obs
 
 

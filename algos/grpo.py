@@ -33,16 +33,15 @@ import torch
 
 from robotrl import distributed
 from robotrl.algos.advantages import GROUP_ADVANTAGES, group_advantages
-from robotrl.algos.optim import GradientStep, NonFiniteError, adam
 from robotrl.algos.pg_core import AGGREGATIONS, aggregate, kl_k3, policy_loss
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.nn.policy import GaussianPolicy
+from robotrl.optim import GradientStep, NonFiniteError, adam
 from robotrl.types import Obs
 
 if TYPE_CHECKING:
-    from robotrl.envs.base import EnvSpec, ObsSpec
     from robotrl.nn.actor import DeterministicActor
-    from robotrl.types import BuildContext
+    from robotrl.types import BuildContext, EnvSpec, ObsSpec
     from robotrl.vla.policy import TokenPolicy
 
 OUTCOMES: tuple[str, ...] = ("return", "success")

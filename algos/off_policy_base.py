@@ -22,14 +22,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from robotrl.algos.optim import GradientStep, adam, run_owed_updates
 from robotrl.nn.mlp import ACTIVATIONS
+from robotrl.optim import GradientStep, adam, run_owed_updates
 from robotrl.storage.replay import ReplayBuffer
 from robotrl.types import Obs, check_groups, policy_obs
 
 if TYPE_CHECKING:
-    from robotrl.envs.base import EnvSpec
-    from robotrl.types import BuildContext
+    from robotrl.types import BuildContext, EnvSpec
 
 
 @dataclass

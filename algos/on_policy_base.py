@@ -23,8 +23,7 @@ from robotrl.storage.rollout import RolloutBuffer
 from robotrl.types import Obs, policy_obs
 
 if TYPE_CHECKING:
-    from robotrl.envs.base import EnvSpec
-    from robotrl.types import BuildContext
+    from robotrl.types import BuildContext, EnvSpec
 
 
 class GaussianOnPolicyConfig(Protocol):

@@ -23,10 +23,10 @@ import torch
 from torch.distributions import Normal
 
 from robotrl.algos.on_policy_base import GaussianOnPolicy
-from robotrl.algos.optim import FlatParameters, GradientStep, NonFiniteError, adam
 from robotrl.algos.pg_core import gaussian_kl
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.nn.policy import GaussianActorCritic
+from robotrl.optim import FlatParameters, GradientStep, NonFiniteError, adam
 from robotrl.types import check_groups
 
 MIN_ADAPTIVE_LR = 1e-5

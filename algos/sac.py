@@ -21,10 +21,10 @@ import torch
 from torch import nn
 
 from robotrl.algos.off_policy_base import OffPolicyConfig, OffPolicyLearner
-from robotrl.algos.optim import GradientStep, adam
 from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.squashed_gaussian import SquashedGaussianActor
+from robotrl.optim import GradientStep, adam
 from robotrl.types import Obs, policy_obs
 
 

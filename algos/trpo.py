@@ -43,9 +43,9 @@ from torch.distributions import Normal
 
 from robotrl import distributed
 from robotrl.algos.on_policy_base import GaussianOnPolicy
-from robotrl.algos.optim import GradientStep, NonFiniteError, adam, nonfinite_message
 from robotrl.algos.pg_core import gaussian_kl, surrogate_loss, value_loss
 from robotrl.nn.mlp import ACTIVATIONS
+from robotrl.optim import GradientStep, NonFiniteError, adam, nonfinite_message
 from robotrl.types import check_groups
 
 KL_PER_ACTION_DIM = 0.01

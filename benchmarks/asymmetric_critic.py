@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from robotrl.checkpoint import atomic_open
-from robotrl.cli.build import build_env, build_runner
 from robotrl.config import TrainConfig, from_dict
+from robotrl.experiment.build import build_env, build_runner
 from robotrl.runners.evaluation import evaluate
 from robotrl.seeding import derive_seed, seed_everything
 

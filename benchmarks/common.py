@@ -30,10 +30,11 @@ from rich.console import Console
 from rich.table import Table
 
 import robotrl.envs
-from robotrl.cli.build import build_env, build_runner
-from robotrl.cli.train import check_overrides, hydra_overrides, resolve_config, save_config
-from robotrl.config import TrainConfig, from_dict, to_dict, validate
+from robotrl.config import TrainConfig, from_dict, to_dict
 from robotrl.envs.registry import task_class
+from robotrl.experiment import check_overrides, resolve_config, save_config, validate
+from robotrl.experiment.build import build_env, build_runner
+from robotrl.experiment.compose import hydra_overrides
 from robotrl.nn.linear import cpu_fields
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.runners.base import Runner

@@ -7,7 +7,7 @@
 * env: ``robotrl.envs.make(task, n, backend, device).step`` with pre-generated uniform actions on
   the device (auto-reset, observations, reward terms included), timed between
   ``torch.cuda.synchronize()`` calls after a warm-up (compilation) of ``--warmup`` steps.
-* ppo: ``robotrl.cli.build.build_runner`` with ``backend.name`` = the backend and
+* ppo: ``robotrl.experiment.build.build_runner`` with ``backend.name`` = the backend and
   ``device`` = the learner's device; env-steps/s of whole iterations (collect + update) after the
   first one (compilation), from the runner's ``perf/sps``.
 * profile (``--profile``): ``torch.profiler`` over ``--profile-steps`` env steps (and one PPO
@@ -129,9 +129,8 @@ def profile_env(backend: str, task: str, n: int, device: torch.device, steps: in
 def bench_ppo(backend: str, task: str, n: int, device: torch.device, iters: int, num_steps: int,
               minibatches: int, iterations: int, profile: bool,
               randomization: str = "none") -> dict[str, Any]:
-    from robotrl.cli.build import build_runner
-    from robotrl.config import TrainConfig, from_dict
-    from robotrl.envs.randomization import resolve
+    from robotrl.config import TrainConfig, from_dict, resolve_randomization
+    from robotrl.experiment.build import build_runner
     from robotrl.seeding import seed_everything
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,7 +141,7 @@ def bench_ppo(backend: str, task: str, n: int, device: torch.device, iters: int,
             "backend": {"name": backend},
             "logger": {"tensorboard": False, "progress": False, "log_interval": 1},
             "num_envs": n, "total_steps": iters * num_steps * n, "run_dir": tmp,
-            "randomization": dataclasses.asdict(resolve(randomization)),
+            "randomization": dataclasses.asdict(resolve_randomization(randomization)),
             "checkpoint_interval": 10**6, "eval_episodes": 1, "device": str(device),
         })
         seed_everything(0)

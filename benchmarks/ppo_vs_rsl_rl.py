@@ -63,9 +63,9 @@ from common import (
 from rich.console import Console
 from rich.table import Table
 
-from robotrl.cli.build import build_env
 from robotrl.config import TrainConfig, from_dict
 from robotrl.envs import BatchedEnv
+from robotrl.experiment.build import build_env
 
 TARGET_SPEEDUP = 1.3
 """Issue 19: ours' end-to-end env-steps/s over RSL-RL's on the same env and settings."""

@@ -171,7 +171,7 @@ def throughput(run: dict[str, Any], worlds: tuple[int, ...] = (64, 128, 256)
     (median of 3 episodes per size, all threads)."""
     import torch
 
-    from robotrl.cli.build import build_algo, build_env, load_run
+    from robotrl.experiment.build import build_algo, build_env, load_run
 
     cfg, ckpt = load_run(str(Path(run["grpo_run"]) / "checkpoints" / "last.pt"))
     torch.set_num_threads(os.cpu_count() or 1)

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from robotrl.config import RandomizationConfig, resolve_randomization
 from robotrl.envs.base import BatchedEnv, EnvSpec, Obs, StepOut, check_action, check_action_shape
 from robotrl.envs.jax_bridge import (
     GPU_LS_ITERATIONS,
@@ -33,7 +34,6 @@ from robotrl.envs.jax_bridge import (
     to_torch,
     with_fields,
 )
-from robotrl.envs.randomization import RandomizationConfig, resolve
 from robotrl.envs.randomizer import DomainRandomizer, RandomizedEnv, randomization_seed
 
 # robotrl task names that differ from Brax's; every other name goes to Brax as is
@@ -118,7 +118,7 @@ class BraxEnv(RandomizedEnv, BatchedEnv):
         self._key = jax.device_put(jax.random.PRNGKey(seed), self._jdev)
         self._seed = seed
         self._dr: DomainRandomizer | None = None
-        dr_cfg = resolve(randomization)
+        dr_cfg = resolve_randomization(randomization)
         if dr_cfg.enabled():
             if pipeline != "mjx":
                 raise ValueError(f"randomization needs pipeline='mjx' (per-world MJX model "

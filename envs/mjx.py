@@ -45,6 +45,7 @@ from typing import Any
 import mujoco
 import torch
 
+from robotrl.config import RandomizationConfig, resolve_randomization
 from robotrl.envs.base import (
     BatchedEnv,
     EnvSpec,
@@ -64,7 +65,6 @@ from robotrl.envs.jax_bridge import (
     to_torch,
     with_fields,
 )
-from robotrl.envs.randomization import RandomizationConfig, resolve
 from robotrl.envs.randomizer import DomainRandomizer, RandomizedEnv, randomization_seed
 from robotrl.envs.tasks.base import MujocoTask
 
@@ -194,7 +194,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         self._num_unstable = torch.zeros((), dtype=torch.long, device=self.device)
         self._seed = seed
         self._dr: DomainRandomizer | None = None
-        dr_cfg = resolve(randomization)
+        dr_cfg = resolve_randomization(randomization)
         if dr_cfg.enabled():
             self.set_randomization(dr_cfg)
         self.reset()

@@ -28,8 +28,8 @@ import mujoco
 import numpy as np
 import torch
 
+from robotrl.config import RandomizationConfig
 from robotrl.envs.jax_bridge import jax, jax_device, jnp, mjx, to_jax, with_fields
-from robotrl.envs.randomization import RandomizationConfig
 from robotrl.envs.randomizer import DomainRandomizer
 
 # randomized parameters whose change moves the mass matrix or the COM Jacobians

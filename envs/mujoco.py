@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from mujoco.batch import Batch, SimulationError
 
+from robotrl.config import RandomizationConfig, resolve_randomization
 from robotrl.envs.base import (
     BatchedEnv,
     EnvSpec,
@@ -33,7 +34,6 @@ from robotrl.envs.base import (
     end_unstable,
     where_done,
 )
-from robotrl.envs.randomization import RandomizationConfig, resolve
 from robotrl.envs.randomizer import BatchRandomizer, RandomizedEnv, randomization_seed
 from robotrl.envs.tasks.base import MujocoTask
 
@@ -91,7 +91,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
     """``num_envs`` worlds of one task, stepped natively on ``num_threads`` threads (0: all).
 
     ``randomization`` (a preset name, a mapping or a ``RandomizationConfig``; see
-    ``robotrl.envs.randomization``) randomizes each world's physics per episode; without it the
+    ``robotrl.config.RandomizationConfig``) randomizes each world's physics per episode; without it the
     env runs the nominal model with no extra work.
 
     ``observations`` names the groups to return besides ``policy``: ``privileged`` is
@@ -170,7 +170,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             self._camera = RayCamera(self.model, task.camera, width, height)
         self._userdata = self.batch.bind("userdata")
         self._dr: BatchRandomizer | None = None
-        dr_cfg = resolve(randomization)
+        dr_cfg = resolve_randomization(randomization)
         if dr_cfg.enabled():
             self.set_randomization(dr_cfg)
         self._bind_task_fields()

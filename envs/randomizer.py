@@ -22,12 +22,12 @@ import mujoco
 import numpy as np
 import torch
 
-from robotrl.envs.randomization import (
-    _MODEL_PARAMS,
-    _NONNEGATIVE,
+from robotrl.config import (
+    MODEL_PARAMS,
+    NONNEGATIVE_PARAMS,
     RandomizationConfig,
     Range,
-    resolve,
+    resolve_randomization,
 )
 from robotrl.seeding import derive_seed
 
@@ -82,7 +82,7 @@ class DomainRandomizer:
         self.cfg = cfg
         for name, rng in cfg.model_ranges().items():
             self._field(name)
-            if rng.mode == "additive" and name in _NONNEGATIVE:
+            if rng.mode == "additive" and name in NONNEGATIVE_PARAMS:
                 least = float(self._nominal[name].min()) + rng.low
                 if least < 0:
                     raise ValueError(f"randomization.{name}: additive low {rng.low} makes a "
@@ -143,7 +143,7 @@ class DomainRandomizer:
                 bias[..., 1] = torch.where(servo, -value, bias[..., 1])
                 out.update(actuator_gear=gear, actuator_gainprm=gain, actuator_biasprm=bias)
             else:
-                out[_MODEL_PARAMS[name][0]] = value
+                out[MODEL_PARAMS[name][0]] = value
         return out
 
     def _redraw(self, current: torch.Tensor, mask: torch.Tensor,
@@ -257,7 +257,7 @@ class DomainRandomizer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.set_config(resolve(state["config"]))
+        self.set_config(resolve_randomization(state["config"]))
         self.gen.set_state(state["generator"])
         dev = self.device
         for name, value in state["values"].items():
@@ -291,7 +291,7 @@ class RandomizedEnv:
     ) -> None:
         """Use new randomization ranges (a curriculum step); they apply from each world's next
         reset, or to every world at once with ``resample=True``."""
-        cfg = resolve(cfg)
+        cfg = resolve_randomization(cfg)
         if self._dr is None:
             if not cfg.enabled():
                 return
@@ -317,7 +317,7 @@ class RandomizedEnv:
 
     def _load_randomization(self, state: dict[str, Any] | None) -> None:
         """Restore the randomizer from a checkpoint's entry (None: saved without one)."""
-        if state is not None and self._dr is None and not resolve(state["config"]).enabled():
+        if state is not None and self._dr is None and not resolve_randomization(state["config"]).enabled():
             state = None  # saved all nominal (a curriculum at zero): nothing to restore
         if state is not None:
             if self._dr is None:

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from robotrl.config import RandomizationConfig
 from robotrl.envs.base import BatchedEnv
-from robotrl.envs.randomization import RandomizationConfig
 from robotrl.envs.tasks.base import MujocoTask, make_config
 
 # task name -> "module:Class" under robotrl.envs.tasks; imported on demand
@@ -47,9 +47,17 @@ _TASKS: dict[str, str] = {
 }
 
 
-def list_tasks() -> list[str]:
-    """Names of the built-in tasks."""
-    return list(_TASKS)
+def list_tasks(goal: bool | None = None, success: bool | None = None) -> list[str]:
+    """Names of the built-in tasks; ``goal``/``success``: only those that are (True) or are not
+    (False) goal-conditioned / define a success criterion."""
+    from robotrl.envs.tasks.base import GoalTask
+
+    names = list(_TASKS)
+    if goal is not None:
+        names = [n for n in names if issubclass(task_class(n), GoalTask) == goal]
+    if success is not None:
+        names = [n for n in names if bool(task_class(n).has_success) == success]
+    return names
 
 
 def task_class(name: str) -> type[MujocoTask]:
@@ -177,10 +185,10 @@ def _gym_fields(task: str) -> Collection[str] | None:
 def _gymnasium(task: str, num_envs: int, device: str | torch.device, seed: int,
                task_options: dict[str, Any], randomization: Any = None,
                vectorization: str = "sync") -> BatchedEnv:
+    from robotrl.config import resolve_randomization
     from robotrl.envs.gym import GymnasiumEnv
-    from robotrl.envs.randomization import resolve
 
-    if resolve(_randomization(randomization)).enabled():
+    if resolve_randomization(_randomization(randomization)).enabled():
         raise ValueError("randomization needs the 'mujoco', 'mjx' or 'brax' backend (per-world"
                          " model fields); the gymnasium backend takes randomization=none")
     return GymnasiumEnv(_gym_id(task), num_envs, device=device, seed=seed,

@@ -5,7 +5,7 @@
 Every rank builds the same learner (same seed, so the same initial parameters), runs its own
 ``num_envs`` worlds seeded from its own stream (rank 0: the run seed, so a one-process
 distributed run equals a plain run; rank r: ``derive_seed(seed, "rank-r")``), and averages its
-gradients with the others after every backward (``algos.optim.GRADIENT_HOOKS``: one all-reduce
+gradients with the others after every backward (``robotrl.optim.GRADIENT_HOOKS``: one all-reduce
 of all gradients, flattened). What must agree beyond gradients is averaged where it is computed
 (``mean``): observation normalizer statistics, PPO's KL for the adaptive learning rate,
 TRPO's gradient, Fisher-vector products and line-search values. GRPO's ranks draw their own
@@ -78,7 +78,7 @@ def init(device: str) -> Rank:
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group("nccl" if cuda else "gloo")
     _RANK = Rank(dist.get_rank(), dist.get_world_size())
-    from robotrl.algos.optim import GRADIENT_HOOKS
+    from robotrl.optim import GRADIENT_HOOKS
 
     if _RANK.world_size > 1 and average_gradients not in GRADIENT_HOOKS:
         GRADIENT_HOOKS.append(average_gradients)
@@ -88,7 +88,7 @@ def init(device: str) -> Rank:
 def shutdown() -> None:
     """Leave the process group (end of a run)."""
     global _RANK
-    from robotrl.algos.optim import GRADIENT_HOOKS
+    from robotrl.optim import GRADIENT_HOOKS
 
     if average_gradients in GRADIENT_HOOKS:
         GRADIENT_HOOKS.remove(average_gradients)

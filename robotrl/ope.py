@@ -22,11 +22,10 @@ from collections.abc import Callable
 
 import torch
 
-from robotrl.algos.offline.base import polyak
-from robotrl.algos.offline.losses import td_target
-from robotrl.algos.optim import adam
 from robotrl.data.dataset import Dataset
 from robotrl.nn.ensemble import EnsembleQ
+from robotrl.nn.target import polyak, td_target
+from robotrl.optim import adam
 
 ActFn = Callable[[torch.Tensor], torch.Tensor]
 """Flat observations [B, obs_dim] -> deterministic actions [B, act_dim]."""

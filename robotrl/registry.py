@@ -2,7 +2,7 @@
 
 An algorithm is one entry: its config dataclass, its learner class and the kind of runner that
 drives it. A runner kind is one entry too. Adding either is a registration, never an edit of
-the builder (``robotrl/cli/build.py`` names no algorithm):
+the builder (``robotrl/experiment/build.py`` names no algorithm):
 
     register_algorithm("ppo", AlgorithmEntry("robotrl.algos.ppo:PPOConfig",
                                              "robotrl.algos.ppo:PPO", "on_policy"))

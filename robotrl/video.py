@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robotrl.envs.base import BatchedEnv, StepOut
+from robotrl.types import BatchedEnv, StepOut
 
 VIDEO_EXTRA = "pip install 'robotrl[video]'"
 NEEDS_FFMPEG = f"writing videos needs imageio with ffmpeg: {VIDEO_EXTRA}"

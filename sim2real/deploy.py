@@ -24,7 +24,6 @@ observation, run the model, limit the action, write it. Safety, in order:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from collections.abc import Callable
@@ -92,13 +91,6 @@ class DeployConfig:
                              f"{self.threads}")
 
 
-def decode_onnx_metadata(props: dict[str, str], path: str = "") -> dict[str, Any]:
-    """The robotrl metadata from an ONNX model's ``metadata_props`` (one JSON value per key)."""
-    if "metadata_version" not in props:
-        raise ValueError(f"{path!r} has no robotrl metadata: not a robotrl export")
-    return {key: json.loads(value) for key, value in props.items()}
-
-
 class ExportedPolicy:
     """An exported robotrl policy: ``obs [obs_dim] -> action [act_dim]`` float32.
 
@@ -132,6 +124,8 @@ class OnnxPolicy(ExportedPolicy):
 
     def __init__(self, path: str, threads: int = 1) -> None:
         import onnxruntime as ort
+
+        from robotrl.sim2real.export import decode_onnx_metadata
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads

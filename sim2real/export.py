@@ -31,10 +31,9 @@ import torch
 
 from robotrl import __version__
 from robotrl.checkpoint import atomic_open
-from robotrl.envs.base import EnvSpec
 from robotrl.nn.actor import DeterministicActor
-from robotrl.sim2real.deploy import decode_onnx_metadata
 from robotrl.sim2real.verify import compare, quiet_torch
+from robotrl.types import EnvSpec
 
 INPUT_NAME = "obs"
 """Name of the exported model's input, [batch, obs_dim] float32."""
@@ -71,16 +70,16 @@ def delay_steps_range(config: dict[str, Any]) -> tuple[int, int]:
     """(min, max) action delay in control steps the policy was trained with; (0, 0) if none.
 
     Read from the config's ``randomization`` (top level or ``env.options``): a preset name or a
-    mapping of ``robotrl.envs.randomization.RandomizationConfig`` fields.
+    mapping of ``robotrl.config.RandomizationConfig`` fields.
     """
     spec = config.get("randomization")
     if spec is None:
         spec = (config.get("env") or {}).get("options", {}).get("randomization")
     if spec is None or spec == "none":
         return 0, 0
-    from robotrl.envs.randomization import resolve
+    from robotrl.config import resolve_randomization
 
-    cfg = resolve(spec)
+    cfg = resolve_randomization(spec)
     return int(cfg.action_delay_min), int(cfg.action_delay_max)
 
 
@@ -345,6 +344,13 @@ def export_policy(
         f.write(data)
     report.update(path=str(path), bytes=len(data))
     return report
+
+
+def decode_onnx_metadata(props: dict[str, str], path: str = "") -> dict[str, Any]:
+    """The robotrl metadata from an ONNX model's ``metadata_props`` (one JSON value per key)."""
+    if "metadata_version" not in props:
+        raise ValueError(f"{path!r} has no robotrl metadata: not a robotrl export")
+    return {key: json.loads(value) for key, value in props.items()}
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from robotrl.envs.base import BatchedEnv
-from robotrl.envs.randomization import RandomizationConfig, Range
+from robotrl.config import RandomizationConfig, Range
 from robotrl.runners.evaluation import PolicyFn, evaluate
+from robotrl.types import BatchedEnv
 
 
 @dataclasses.dataclass

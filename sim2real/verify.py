@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from robotrl.envs.base import BatchedEnv
 from robotrl.nn.actor import DeterministicActor
+from robotrl.types import BatchedEnv
 
 SINGLE_ROW_CHECKS = 256
 """Observations also run one at a time (batch 1, the deploy loop's shape)."""

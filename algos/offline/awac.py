@@ -18,17 +18,16 @@ from robotrl.algos.offline.base import (
     OfflineLearner,
     check_choice,
     check_log_std_range,
-    polyak,
 )
 from robotrl.algos.offline.losses import (
     advantage_weighted_loss,
     ensemble_mse,
     softmax_weighted_loss,
-    td_target,
 )
-from robotrl.algos.optim import adam
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.squashed_gaussian import squashed_log_prob
+from robotrl.nn.target import polyak, td_target
+from robotrl.optim import adam
 
 
 @dataclasses.dataclass

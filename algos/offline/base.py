@@ -22,16 +22,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import nn
 
-from robotrl.algos.optim import GradientStep, summarize_updates
 from robotrl.data.dataset import Dataset
 from robotrl.nn.actor import DeterministicActor
 from robotrl.nn.mlp import ACTIVATIONS, mlp
 from robotrl.nn.normalizer import RunningNormalizer
+from robotrl.optim import GradientStep, summarize_updates
 from robotrl.types import Obs, policy_obs
 
 if TYPE_CHECKING:
-    from robotrl.envs.base import EnvSpec
-    from robotrl.types import BuildContext
+    from robotrl.types import BuildContext, EnvSpec
 
 
 @dataclasses.dataclass
@@ -85,12 +84,6 @@ def check_log_std_range(bounds: Any) -> tuple[float, float]:
     if not low < high:
         raise ValueError(f"log_std_range must be (low, high) with low < high, got {bounds}")
     return low, high
-
-
-def polyak(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """target <- (1 - tau) target + tau source, in one foreach kernel."""
-    with torch.no_grad():
-        torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
 
 
 class TanhActor(nn.Module):

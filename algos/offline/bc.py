@@ -10,13 +10,12 @@ import torch
 
 from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, TanhActor
 from robotrl.algos.offline.losses import bc_loss
-from robotrl.algos.optim import GradientStep, adam
 from robotrl.data.dataset import Dataset, DatasetError
+from robotrl.optim import GradientStep, adam
 from robotrl.types import Obs
 
 if TYPE_CHECKING:
-    from robotrl.envs.base import EnvSpec
-    from robotrl.types import BuildContext
+    from robotrl.types import BuildContext, EnvSpec
     from robotrl.vla.policy import TokenPolicy
 
 

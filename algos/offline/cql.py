@@ -16,18 +16,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, check_choice, polyak
+from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, check_choice
 from robotrl.algos.offline.losses import (
     alpha_temperature_loss,
     cql_penalty,
     ensemble_mse,
-    td_target,
 )
-from robotrl.algos.optim import adam
 from robotrl.algos.sac import actor_loss, temperature_loss
 from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.squashed_gaussian import SquashedGaussianActor
+from robotrl.nn.target import polyak, td_target
+from robotrl.optim import adam
 
 
 @dataclasses.dataclass

@@ -19,18 +19,17 @@ from robotrl.algos.offline.base import (
     OfflineConfig,
     OfflineLearner,
     check_log_std_range,
-    polyak,
 )
 from robotrl.algos.offline.losses import (
     advantage_weighted_loss,
     ensemble_mse,
     expectile_loss,
-    td_target,
 )
-from robotrl.algos.optim import adam
 from robotrl.data.dataset import Dataset
 from robotrl.nn.ensemble import EnsembleQ
 from robotrl.nn.mlp import mlp
+from robotrl.nn.target import polyak, td_target
+from robotrl.optim import adam
 
 
 @dataclasses.dataclass

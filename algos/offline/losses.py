@@ -12,12 +12,6 @@ import torch
 Metrics = dict[str, torch.Tensor]
 
 
-def td_target(reward: torch.Tensor, terminated: torch.Tensor, next_value: torch.Tensor,
-              gamma: float) -> torch.Tensor:
-    """r + gamma (1 - terminated) V(s'): [B] from reward [B], terminated [B] bool, next_value [B]."""
-    return reward + gamma * (~terminated) * next_value
-
-
 def ensemble_mse(q: torch.Tensor, target: torch.Tensor,
                  name: str = "loss/critic") -> tuple[torch.Tensor, Metrics]:
     """Sum over members of the mean squared TD error: q [E, B], target [B] -> []."""

@@ -20,7 +20,7 @@ from torch import nn
 
 from robotrl.algos.offline.awac import AWAC, AWACConfig
 from robotrl.algos.offline.td3bc import TD3BC, TD3BCConfig
-from robotrl.algos.optim import adam
+from robotrl.optim import adam
 
 EVAL_KEYS = ("loss/eval_actor", "train/grad_norm/eval_actor")
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import torch
 
-from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, TanhActor, polyak
-from robotrl.algos.offline.losses import ensemble_mse, td3bc_actor_loss, td_target
-from robotrl.algos.optim import adam
+from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, TanhActor
+from robotrl.algos.offline.losses import ensemble_mse, td3bc_actor_loss
 from robotrl.nn.ensemble import EnsembleQ
+from robotrl.nn.target import polyak, td_target
+from robotrl.optim import adam
 
 
 @dataclasses.dataclass

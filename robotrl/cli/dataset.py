@@ -53,7 +53,7 @@ def _checkpoint_policy(run: tuple[Any, dict[str, Any]], num_envs: int,
                        seed: int) -> tuple[Any, Any]:
     """(env, deterministic policy) of a trained run (``load_run``'s config and checkpoint), on
     nominal physics."""
-    from robotrl.cli.build import build_algo, build_env
+    from robotrl.experiment.build import build_algo, build_env
 
     cfg, ckpt = run
     env = build_env(cfg, num_envs, seed, train=False)
@@ -67,8 +67,8 @@ def _training_replay(path: str, card: Any, progress: bool) -> Any:
     import os
     import tempfile
 
-    from robotrl.cli.build import build_runner, load_run
-    from robotrl.data.collect import RecordTransitions
+    from robotrl.experiment.build import build_runner, load_run
+    from robotrl.runners.collect import RecordTransitions
     from robotrl.seeding import seed_everything
 
     cfg, ckpt = load_run(path)
@@ -103,11 +103,11 @@ def _mean_return(env: Any, policy: Any, seed: int) -> float:
 
 def collect_main(argv: list[str]) -> None:
     from robotrl.data import DatasetCard, DatasetError, datasets_root, save_hdf5, save_minari
-    from robotrl.data.collect import collect, uniform_policy
     from robotrl.data.dataset import Dataset
     from robotrl.envs import list_tasks, make
     from robotrl.envs.registry import task_class
     from robotrl.logging import console
+    from robotrl.runners.collect import collect, uniform_policy
     from robotrl.seeding import derive_seed
 
     options, argv = split_options(argv)
@@ -128,7 +128,7 @@ def collect_main(argv: list[str]) -> None:
     if kind == "medium-expert" and not expert:
         _fail("kind=medium-expert joins checkpoint= (medium) and expert= (expert) data")
     task = str(args.get("task", ""))
-    from robotrl.cli.build import load_run
+    from robotrl.experiment.build import load_run
 
     runs = {path: load_run(path) for path in (checkpoint, expert) if path}  # read once
     for path, (cfg, _) in runs.items():

@@ -19,11 +19,11 @@ from robotrl.cli.args import parse_kv, split_options
 
 def eval_main(argv: list[str]) -> None:
     from robotrl.checkpoint import write_json
-    from robotrl.cli.build import build_algo, build_env, load_run
-    from robotrl.envs.base import Obs, obs_to
+    from robotrl.experiment.build import build_algo, build_env, load_run
     from robotrl.logging import console
     from robotrl.runners.evaluation import run_episodes, summarize_episodes
     from robotrl.seeding import derive_seed
+    from robotrl.types import Obs, obs_to
 
     options, argv = split_options(argv)
     args = parse_kv(argv, {"checkpoint": str, "episodes": int, "out": str, "video": bool,

@@ -19,7 +19,7 @@ def default_output(checkpoint: str, suffix: str) -> Path:
 def export_main(argv: list[str]) -> None:
     import torch
 
-    from robotrl.cli.build import build_algo, build_env, load_run
+    from robotrl.experiment.build import build_algo, build_env, load_run
     from robotrl.logging import console
     from robotrl.registry import algo_name
     from robotrl.seeding import derive_seed

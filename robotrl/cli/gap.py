@@ -38,9 +38,9 @@ def _ints(key: str, text: str) -> tuple[int, ...]:
 
 def run_gap(checkpoint: str, grid: Any, device: str = "cpu") -> tuple[str, list[dict[str, Any]]]:
     """(task, rows) of ``robotrl.sim2real.gap.evaluate_gap`` for the policy of ``checkpoint``."""
-    from robotrl.cli.build import build_algo, build_env, load_run
-    from robotrl.envs.base import Obs, obs_to
+    from robotrl.experiment.build import build_algo, build_env, load_run
     from robotrl.sim2real.gap import evaluate_gap
+    from robotrl.types import Obs, obs_to
 
     cfg, ckpt = load_run(checkpoint, device)
     if cfg.backend.name != "mujoco":

@@ -19,7 +19,7 @@ run directory, written last and atomically: a job finds them and returns, or fin
 stopped. A job that fails writes ``failed.json`` (the error) and the sweep goes on.
 
 The report (``out/report.md``, ``out/results.json`` with every run's raw scores, figures under
-``out/figures/``) is made from the result files by ``robotrl.bench_report``.
+``out/figures/``) is made from the result files by ``robotrl.bench.report``.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def train_stage(job: BenchConfig, run: Path) -> dict[str, Any]:
     from hydra import compose
     from omegaconf import OmegaConf
 
-    from robotrl.cli.train import hydra_overrides, resolve_config, run_training
+    from robotrl.experiment import resolve_config, run_training
+    from robotrl.experiment.compose import hydra_overrides
     from robotrl.registry import algo_config_class
 
     last = run / "checkpoints" / "last.pt"
@@ -306,7 +307,7 @@ def collect_results(settings: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def offline_bench_main(argv: list[str]) -> None:
-    from robotrl.bench_report import write_report
+    from robotrl.bench.report import write_report
     from robotrl.logging import console
 
     settings, hydra_args = parse_args(argv)

@@ -24,12 +24,12 @@ def off_policy_value(checkpoint: str, dataset: str, updates: int = 10_000, gamma
     the run's evaluation stream)."""
     import torch
 
-    from robotrl.cli.build import build_algo, build_env, load_run
     from robotrl.data import load_dataset
-    from robotrl.envs.base import obs_to
+    from robotrl.experiment.build import build_algo, build_env, load_run
     from robotrl.ope import FQEConfig, fitted_q_evaluation
     from robotrl.runners.evaluation import evaluate
     from robotrl.seeding import derive_seed
+    from robotrl.types import obs_to
 
     t0 = time.perf_counter()
     cfg, ckpt = load_run(checkpoint, device)

@@ -31,12 +31,11 @@ import torch
 
 from robotrl import distributed
 from robotrl.checkpoint import load_checkpoint, restoring, save_checkpoint
-from robotrl.envs.base import BatchedEnv, Obs, obs_to
 from robotrl.envs.wrappers import RecordEpisodeStatistics
 from robotrl.logging import Logger, ProgressBar, console
 from robotrl.runners.evaluation import evaluate
 from robotrl.seeding import derive_seed, rng_state, seed_streams, set_rng_state
-from robotrl.types import Learner
+from robotrl.types import BatchedEnv, Learner, Obs, obs_to
 from robotrl.video import TRAIN_SIZE, EpisodeRecorder, write_mp4
 
 

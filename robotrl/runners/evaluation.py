@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from robotrl.envs.base import BatchedEnv, Obs, StepOut
+from robotrl.types import BatchedEnv, Obs, StepOut
 
 if TYPE_CHECKING:
     from robotrl.video import EpisodeRecorder

@@ -31,11 +31,10 @@ import torch
 
 from robotrl import distributed
 from robotrl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from robotrl.envs.base import BatchedEnv, Obs, StepOut, obs_to
 from robotrl.runners.base import Runner, RunnerSettings
 from robotrl.runners.evaluation import run_episodes, summarize_episodes
 from robotrl.seeding import derive_seed
-from robotrl.types import GroupAlgorithm
+from robotrl.types import BatchedEnv, GroupAlgorithm, Obs, StepOut, obs_to
 
 __all__ = ["GroupEvaluator", "GroupRunner", "RunnerSettings", "draw_initial_states",
            "rollout_from_states"]
@@ -143,9 +142,8 @@ class GroupRunner(Runner):
                              f"groups per round, num_envs / group_size = {groups}")
         if cfg.outcome == "success" and not env.spec.has_success:
             from robotrl.envs import list_tasks
-            from robotrl.envs.registry import task_class
 
-            with_success = [t for t in list_tasks() if task_class(t).has_success]
+            with_success = list_tasks(success=True)
             raise ValueError(f"algo.outcome=success but task {env.spec.task!r} defines no "
                              f"success criterion (tasks that do: {with_success}); use "
                              "algo.outcome=return")

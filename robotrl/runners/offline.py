@@ -17,9 +17,8 @@ from typing import Any
 import torch
 
 from robotrl.data.dataset import Dataset
-from robotrl.envs.base import BatchedEnv
 from robotrl.runners.base import Runner, RunnerSettings
-from robotrl.types import OfflineAlgorithm
+from robotrl.types import BatchedEnv, OfflineAlgorithm
 
 __all__ = ["OfflineRunner", "RunnerSettings"]
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from robotrl.envs.base import Obs
 from robotrl.runners.base import Runner, RunnerSettings
-from robotrl.types import OnPolicyAlgorithm
+from robotrl.types import Obs, OnPolicyAlgorithm
 
 __all__ = ["OnPolicyRunner", "RunnerSettings"]
 

@@ -10,9 +10,9 @@ import torch
 import robotrl.envs as E
 from robotrl.algos.ppo import PPO, PPOConfig
 from robotrl.algos.sac import SAC, SACConfig
-from robotrl.cli.build import build_runner
 from robotrl.config import TrainConfig, from_dict
 from robotrl.envs.base import ObsSpec
+from robotrl.experiment.build import build_runner
 from robotrl.seeding import seed_everything
 from robotrl.types import BuildContext
 

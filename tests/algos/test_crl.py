@@ -220,7 +220,7 @@ def test_reacher_goal_reports_goal_columns_distance_and_success() -> None:
 
 def test_crl_refuses_tasks_without_a_goal() -> None:
     env = make("reacher", 2)
-    with pytest.raises(ValueError, match="has no goal .goal tasks: reacher_goal"):
+    with pytest.raises(ValueError, match=r"has no goal \(the goal tasks: robotrl.envs.list_tasks\(goal=True\)\)"):
         CRL(env.spec, CRLConfig(), 2)
 
 
@@ -277,8 +277,8 @@ def test_goal_evaluation_reports_success_final_distance_and_time_to_goal() -> No
 def test_crl_learns_reacher_goal(tmp_path: Path) -> None:
     """Reward-free CRL reaches >= 80% success on reacher_goal in 30,720 steps (~1 min on one
     core; seeds 0-2 measured 98-99% with these settings, 4-layer networks of width 128)."""
-    from robotrl.cli.build import build_runner
     from robotrl.config import TrainConfig, from_dict
+    from robotrl.experiment.build import build_runner
     from robotrl.seeding import seed_everything
 
     torch.set_num_threads(1)
@@ -296,8 +296,8 @@ def test_crl_learns_reacher_goal(tmp_path: Path) -> None:
 def test_crl_trains_on_the_ant_maze_and_prints_its_network_cost(tmp_path: Path) -> None:
     """`robotrl train algo=crl env=ant_umaze` plugs in: at start the run prints each network's
     parameters, FLOPs and activation memory per update; evaluation reports goal metrics."""
-    from robotrl.cli.train import run_training
     from robotrl.config import TrainConfig, from_dict
+    from robotrl.experiment import run_training
     from robotrl.logging import console
 
     torch.set_num_threads(1)

@@ -20,8 +20,8 @@ from robotrl.algos.fasttd3 import (
     distributional_critic_loss,
     expected_value,
 )
-from robotrl.cli.build import build_runner
 from robotrl.config import TrainConfig
+from robotrl.experiment.build import build_runner
 from robotrl.seeding import seed_everything
 
 MakeConfig = Callable[..., TrainConfig]

@@ -13,10 +13,10 @@ from torch import nn
 
 from robotrl.algos.advantages import group_advantages, group_center, leave_one_out
 from robotrl.algos.grpo import GRPO, GRPOConfig, grpo_loss, informative_groups
-from robotrl.cli.build import build_runner
-from robotrl.cli.train import run_training
 from robotrl.config import TrainConfig, from_dict
 from robotrl.envs import make
+from robotrl.experiment import run_training
+from robotrl.experiment.build import build_runner
 from robotrl.nn.actor import DeterministicActor, FirstColumns
 from robotrl.nn.mlp import as_mlp, mlp
 from robotrl.nn.policy import GaussianPolicy
@@ -288,7 +288,7 @@ def test_grpo_fine_tunes_another_runs_actor(tmp_path: Path) -> None:
     assert runner.alg.policy.arch["hidden"] == [16, 16] and not runner.alg.update_normalizer
     runner.train()
     # a checkpoint of the fine-tuned policy rebuilds it (its widths are not the config's)
-    from robotrl.cli.build import build_algo, load_run
+    from robotrl.experiment.build import build_algo, load_run
 
     saved_cfg, saved = load_run(str(runner.checkpoint_path))
     restored = build_algo(saved_cfg, runner.env.spec, saved["algo"])

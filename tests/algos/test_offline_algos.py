@@ -13,13 +13,14 @@ import torch
 
 from robotrl.algos.offline import losses
 from robotrl.algos.offline.base import GaussianActor
-from robotrl.cli.build import build_runner
-from robotrl.cli.train import run_training
 from robotrl.config import TrainConfig, from_dict
 from robotrl.data import Dataset, DatasetCard, save_hdf5
-from robotrl.data.collect import collect
 from robotrl.envs import make
+from robotrl.experiment import run_training
+from robotrl.experiment.build import build_runner
+from robotrl.nn.target import td_target
 from robotrl.registry import ALGORITHMS, algorithm, learner_class
+from robotrl.runners.collect import collect
 from robotrl.seeding import seed_everything
 
 OFFLINE = [name for name in ALGORITHMS if algorithm(name).runner == "offline"]
@@ -27,7 +28,7 @@ OFFLINE = [name for name in ALGORITHMS if algorithm(name).runner == "offline"]
 
 # ---------------------------------------------------------------------------- losses by hand
 def test_td_target_and_ensemble_mse() -> None:
-    target = losses.td_target(torch.tensor([1.0, 2.0]), torch.tensor([False, True]),
+    target = td_target(torch.tensor([1.0, 2.0]), torch.tensor([False, True]),
                               torch.tensor([10.0, 10.0]), 0.5)
     assert target.tolist() == [6.0, 2.0]
     q = torch.tensor([[5.0, 2.0], [6.0, 4.0]])  # errors (-1, 0) and (0, 2)

@@ -21,8 +21,8 @@ from robotrl.algos.sac import (
     soft_td_target,
     temperature_loss,
 )
-from robotrl.cli.build import build_runner
 from robotrl.config import TrainConfig
+from robotrl.experiment.build import build_runner
 from robotrl.nn.ensemble import EnsembleLinear, EnsembleQ
 from robotrl.nn.squashed_gaussian import SquashedGaussianActor, squashed_log_prob
 from robotrl.seeding import seed_everything

@@ -12,9 +12,9 @@ import torch
 from torch.distributions import Normal, kl_divergence
 
 from robotrl.algos.trpo import TRPO, TRPOConfig, conjugate_gradient, fisher_vector_product
-from robotrl.cli.train import run_training
 from robotrl.config import EnvConfig, LoggerConfig, TrainConfig
 from robotrl.envs import make
+from robotrl.experiment import run_training
 from robotrl.nn.policy import GaussianActorCritic
 
 METRIC_KEYS = {

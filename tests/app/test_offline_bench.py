@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from robotrl.bench_report import summarize
+from robotrl.bench.report import summarize
 from robotrl.checkpoint import load_checkpoint
 from robotrl.cli.offline_bench import offline_bench_main, run_dir
 from robotrl.data import DatasetCard, save_hdf5
-from robotrl.data.collect import collect
 from robotrl.envs import make
+from robotrl.runners.collect import collect
 from robotrl.stats import mean_interval
 
 
@@ -95,8 +95,8 @@ def test_interrupted_benchmark_resumes_without_redoing_runs(pendulum, tmp_path, 
 
 def test_ope_command(pendulum, tmp_path):
     from robotrl.cli.ope import ope_main
-    from robotrl.cli.train import run_training
     from robotrl.config import TrainConfig, from_dict
+    from robotrl.experiment import run_training
 
     run = tmp_path / "run"
     run_training(from_dict(TrainConfig, {

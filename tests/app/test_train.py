@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from robotrl.cli.build import build_runner
-from robotrl.cli.train import run_training
 from robotrl.config import TrainConfig
+from robotrl.experiment import run_training
+from robotrl.experiment.build import build_runner
 from robotrl.runners.base import Runner
 from robotrl.seeding import seed_everything
 

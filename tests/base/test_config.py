@@ -7,9 +7,14 @@ import sys
 
 import pytest
 
-from robotrl.cli.train import ConfigError, check_overrides
-from robotrl.config import EnvConfig, TrainConfig, from_dict, to_dict, validate
-from robotrl.envs.randomization import resolve
+from robotrl.config import (
+    EnvConfig,
+    TrainConfig,
+    from_dict,
+    resolve_randomization,
+    to_dict,
+)
+from robotrl.experiment import ConfigError, check_overrides, validate
 
 
 def test_unknown_top_level_key() -> None:
@@ -65,7 +70,7 @@ def test_validate_values() -> None:
     with pytest.raises(ValueError, match="num_envs must be >= 1"):
         validate(cfg)
     cfg.num_envs = 4
-    cfg.randomization = resolve("locomotion")
+    cfg.randomization = resolve_randomization("locomotion")
     for backend in ("mujoco", "mjx", "brax"):  # the backends with per-world model fields
         cfg.backend.name = backend
         validate(cfg)

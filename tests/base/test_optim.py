@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from robotrl.algos import optim
-from robotrl.algos.optim import GradientStep, NonFiniteError
+from robotrl import optim
+from robotrl.optim import GradientStep, NonFiniteError
 
 
 def _setup(max_grad_norm: float = 0.0) -> tuple[torch.nn.Linear, GradientStep]:

@@ -14,9 +14,9 @@ from torch import nn
 
 from robotrl import registry
 from robotrl.checkpoint import load_checkpoint
-from robotrl.cli.build import build_algo, build_runner
 from robotrl.config import TrainConfig, from_dict, to_dict
 from robotrl.envs.base import EnvSpec
+from robotrl.experiment.build import build_algo, build_runner
 from robotrl.nn.actor import DeterministicActor
 from robotrl.registry import AlgorithmEntry, register_algorithm
 from robotrl.seeding import seed_everything

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from robotrl.checkpoint import load_checkpoint
-from robotrl.cli.build import build_runner
+from robotrl.experiment.build import build_runner
 from robotrl.seeding import SEED_BITS, STREAMS, derive_seed, seed_streams
 
 

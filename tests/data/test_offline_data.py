@@ -22,8 +22,8 @@ from robotrl.data import (
     save_hdf5,
     save_minari,
 )
-from robotrl.data.collect import collect, uniform_policy
 from robotrl.envs import make
+from robotrl.runners.collect import collect, uniform_policy
 
 
 def tiny(obs_dim: int = 4, act_dim: int = 1, lengths: tuple[int, ...] = (5, 3, 4),
@@ -202,7 +202,7 @@ def test_a_dataset_minari_records_from_gymnasium_trains_here(minari_root: Path) 
     import minari
     from minari.data_collector import EpisodeBuffer
 
-    from robotrl.cli.train import task_from_dataset
+    from robotrl.experiment import task_from_dataset
 
     env = gym.make("Hopper-v5")
     env.action_space.seed(0)
@@ -257,7 +257,7 @@ def test_dataset_collect_and_info_commands(tmp_path: Path) -> None:
 
 def test_medium_replay_records_what_the_training_run_saw(tmp_path: Path, make_config) -> None:  # noqa: ANN001
     from robotrl.cli.dataset import _training_replay
-    from robotrl.cli.train import run_training
+    from robotrl.experiment import run_training
 
     run_training(make_config(tmp_path / "run", "ppo"))  # 6 iterations x 4 worlds x 8 steps
     ckpt = tmp_path / "run" / "checkpoints" / "last.pt"

@@ -263,9 +263,8 @@ def test_mjx_randomization_resampled_per_episode_and_checkpointed() -> None:
 
 
 def _ppo_runner(tmp_path: Path, backend: str, randomization: str = "none") -> object:
-    from robotrl.cli.build import build_runner
-    from robotrl.config import TrainConfig, from_dict
-    from robotrl.envs.randomization import resolve
+    from robotrl.config import TrainConfig, from_dict, resolve_randomization
+    from robotrl.experiment.build import build_runner
     from robotrl.seeding import seed_everything
 
     cfg = from_dict(TrainConfig, {
@@ -275,7 +274,7 @@ def _ppo_runner(tmp_path: Path, backend: str, randomization: str = "none") -> ob
         "logger": {"tensorboard": False, "progress": False, "log_interval": 1},
         "num_envs": 4, "total_steps": 2 * 8 * 4, "run_dir": str(tmp_path),
         "checkpoint_interval": 1000, "eval_episodes": 1,
-        "randomization": dataclasses.asdict(resolve(randomization)),
+        "randomization": dataclasses.asdict(resolve_randomization(randomization)),
     })
     seed_everything(0)
     runner = build_runner(cfg)

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 import robotrl.envs as E
+from robotrl.config import RandomizationConfig, Range, randomization_presets, resolve_randomization
 from robotrl.envs.mujoco import MujocoEnv
-from robotrl.envs.randomization import RandomizationConfig, Range, preset_names, resolve
 
 MASS = {"body_mass": {"low": 0.5, "high": 2.0}}
 # the locomotion preset with per-body masses and a 0-1 step action delay: every feature at once
-FULL = {**dataclasses.asdict(resolve("locomotion")), "action_delay_max": 1}
+FULL = {**dataclasses.asdict(resolve_randomization("locomotion")), "action_delay_max": 1}
 FULL["body_mass"] = {**FULL["body_mass"], "shared": False}
 
 
@@ -43,8 +43,8 @@ def _ratio(env: MujocoEnv, name: str, nominal: np.ndarray) -> torch.Tensor:
 
 
 def test_presets_and_none_is_nominal() -> None:
-    assert {"none", "locomotion"} <= set(preset_names())
-    assert not resolve("none").enabled() and resolve("locomotion").enabled()
+    assert {"none", "locomotion"} <= set(randomization_presets())
+    assert not resolve_randomization("none").enabled() and resolve_randomization("locomotion").enabled()
     env = _make(2, "none")
     assert env.physics_params() == {} and env._dr is None
 
@@ -300,8 +300,8 @@ def test_gymnasium_backend_refuses_randomization() -> None:
 
 
 def test_config_round_trip_and_overrides() -> None:
-    from robotrl.cli.train import ConfigError, check_overrides
     from robotrl.config import TrainConfig, from_dict, to_dict
+    from robotrl.experiment import ConfigError, check_overrides
 
     cfg = from_dict(TrainConfig, {"algo": {"name": "ppo"}, "randomization": {
         "body_mass": {"low": 0.5, "high": 1.5}, "obs_noise": [0.1, 0.2], "push_interval": [3, 4]}})
@@ -314,7 +314,7 @@ def test_config_round_trip_and_overrides() -> None:
         check_overrides(["randomization=loco"])
     with pytest.raises(ConfigError, match="allowed keys of a range"):
         check_overrides(["randomization.body_mass.lo=0.5"])
-    assert RandomizationConfig() == resolve(None)
+    assert RandomizationConfig() == resolve_randomization(None)
 
 
 def test_cli_train_with_randomization(tmp_path: Path) -> None:
@@ -347,8 +347,8 @@ def test_gap_cli_on_a_checkpoint(tmp_path: Path) -> None:
     import json
 
     from robotrl.cli.gap import gap_main
-    from robotrl.cli.train import run_training
     from robotrl.config import TrainConfig, from_dict
+    from robotrl.experiment import run_training
 
     cfg = from_dict(TrainConfig, {
         "algo": {"name": "ppo", "num_steps": 8, "actor_hidden": [16], "critic_hidden": [16]},
@@ -371,8 +371,8 @@ def test_gap_cli_on_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_training_resume_with_randomization_is_exact(tmp_path: Path) -> None:
-    from robotrl.cli.build import build_runner
     from robotrl.config import TrainConfig, from_dict
+    from robotrl.experiment.build import build_runner
     from robotrl.seeding import seed_everything
 
     def runner(run: str, total: int) -> object:

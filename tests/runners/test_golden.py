@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import torch
 
-from robotrl.cli.build import build_runner
 from robotrl.config import TrainConfig, from_dict
+from robotrl.experiment.build import build_runner
 from robotrl.seeding import seed_everything
 
 DATA = Path(__file__).parents[1] / "fixtures" / "golden.json"

@@ -19,10 +19,10 @@ ort = pytest.importorskip("onnxruntime", reason="export tests need onnxruntime: 
 
 from robotrl.algos.ppo import PPO, PPOConfig  # noqa: E402
 from robotrl.checkpoint import save_checkpoint  # noqa: E402
-from robotrl.cli.build import build_algo, build_env  # noqa: E402
 from robotrl.cli.deploy import deploy_main  # noqa: E402
 from robotrl.cli.export import export_main  # noqa: E402
 from robotrl.config import TrainConfig, from_dict, to_dict  # noqa: E402
+from robotrl.experiment.build import build_algo, build_env  # noqa: E402
 from robotrl.nn.actor import DeterministicActor  # noqa: E402
 from robotrl.nn.normalizer import RunningNormalizer  # noqa: E402
 from robotrl.nn.residual import ResidualMLP  # noqa: E402

@@ -155,8 +155,8 @@ def test_grpo_updates_a_token_policy_and_restores_it() -> None:
 
 def test_token_bc_learns_demonstrated_chunks() -> None:
     from robotrl.algos.offline.bc import BCConfig, TokenBC
-    from robotrl.data.collect import collect
     from robotrl.data.dataset import DatasetCard
+    from robotrl.runners.collect import collect
 
     base = _env(16, templates=["reach"])
     gen = torch.Generator().manual_seed(0)

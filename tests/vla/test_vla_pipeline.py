@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from robotrl.checkpoint import load_checkpoint
-from robotrl.cli.build import build_runner
 from robotrl.cli.dataset import collect_main
 from robotrl.cli.evaluate import eval_main
-from robotrl.cli.train import run_training, task_from_dataset
 from robotrl.config import TrainConfig, from_dict
 from robotrl.data import load_card
 from robotrl.envs import make
 from robotrl.envs.tasks.tabletop import HELD_OUT, SHAPES, VOCAB
+from robotrl.experiment import run_training, task_from_dataset
+from robotrl.experiment.build import build_runner
 from robotrl.runners.group import STATES_FILE
 from robotrl.seeding import seed_everything
 

@@ -16,11 +16,10 @@ import numpy as np
 import torch
 
 from robotrl.data.dataset import Dataset, DatasetCard
-from robotrl.envs.base import BatchedEnv, Obs, StepOut, flatten_groups
 from robotrl.envs.wrappers import Wrapper
 from robotrl.logging import ProgressBar
 from robotrl.runners.evaluation import PolicyFn
-from robotrl.types import policy_obs
+from robotrl.types import BatchedEnv, Obs, StepOut, flatten_groups, policy_obs
 
 
 def uniform_policy(env: BatchedEnv, generator: torch.Generator) -> PolicyFn:

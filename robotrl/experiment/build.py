@@ -10,9 +10,8 @@ import torch
 
 from robotrl import distributed
 from robotrl.checkpoint import CheckpointError, load_checkpoint, restoring
-from robotrl.config import TrainConfig, from_dict, to_dict
+from robotrl.config import RandomizationConfig, TrainConfig, from_dict, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
-from robotrl.envs.randomization import RandomizationConfig
 from robotrl.registry import algo_name, algorithm, learner_class, policy_name, runner_class
 from robotrl.runners.base import Runner, RunnerSettings
 from robotrl.seeding import derive_seed

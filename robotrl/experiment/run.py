@@ -1,0 +1,241 @@
+"""Running an experiment and reading its run directory back: the public API the CLI and every
+benchmark call.
+
+    from robotrl.experiment import Experiment, RunDir
+
+    exp = Experiment.from_overrides(["algo=sac", "env=hopper", "total_steps=200000",
+                                     "run_dir=runs/sac-hopper"])   # composed and validated once
+    result = exp.run()             # {"return_mean": ..., "best": ...}; also run_dir/result.json
+    run = RunDir("runs/sac-hopper")
+    run.config.algo, run.finished, run.eval()["return_mean"], run.scalars()["train/return"]
+
+A run directory is the unit of everything: ``config.yaml`` (the resolved config),
+``checkpoints/last.pt`` and ``best.pt`` (learner, counters, every evaluation),
+TensorBoard event files (every logged scalar) and, once training reached its budget,
+``result.json`` (the final and best evaluation). Reports and benchmark tables are computed
+from run directories only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from robotrl.checkpoint import write_json
+from robotrl.config import TrainConfig, from_dict, to_dict
+from robotrl.experiment.build import build_runner
+from robotrl.experiment.compose import compose, validate
+
+if TYPE_CHECKING:
+    from robotrl.distributed import Rank
+    from robotrl.runners.base import Runner
+
+RESULT_FILE = "result.json"
+"""Written by rank 0 when a run reaches its budget: ``{step, total_steps, final}``."""
+
+
+class Experiment:
+    """One run: a validated config, built and trained on demand."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        validate(cfg)  # the one validation of the run: nothing is built before it
+        self.cfg = cfg
+
+    @classmethod
+    def from_overrides(cls, overrides: list[str]) -> Experiment:
+        """``robotrl train OVERRIDES`` as an object: Hydra composition (``configs/tuned/``
+        included), a resume's saved config merged, validated."""
+        return cls(compose(list(overrides)))
+
+    @property
+    def run_dir(self) -> RunDir:
+        return RunDir(self.cfg.run_dir)
+
+    def build(self) -> Runner:
+        """The runner ``run`` would train (seeded, on the config's torch threads), for code that
+        drives it itself; nothing is written to the run directory."""
+        import torch
+
+        from robotrl.seeding import seed_everything
+
+        torch.set_num_threads(self.cfg.torch_threads or os.cpu_count() or 1)
+        seed_everything(self.cfg.seed)
+        return build_runner(self.cfg)
+
+    def run(self) -> dict[str, float] | None:
+        """Train (resuming where ``cfg.resume`` says), evaluate, write the run directory; the
+        final evaluation with the best one under ``"best"`` (None on ranks other than 0)."""
+        return _run(self.cfg)
+
+
+class RunDir:
+    """What a run directory holds, read back without building anything (data-only loaders:
+    ``robotrl.checkpoint`` and YAML's safe loader)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    @property
+    def config(self) -> TrainConfig:
+        """The run's resolved config (``config.yaml``)."""
+        import yaml
+
+        file = self.path / "config.yaml"
+        if not file.is_file():
+            raise FileNotFoundError(f"{self.path} is not a run directory (no config.yaml)")
+        return from_dict(TrainConfig, yaml.safe_load(file.read_text()))
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        """``result.json`` (written when the run reached its budget), or None."""
+        file = self.path / RESULT_FILE
+        if not file.is_file():
+            return None
+        return json.loads(file.read_text())
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run reached its budget and evaluated there."""
+        result = self.result
+        return result is not None and result["step"] >= result["total_steps"]
+
+    def checkpoint(self, name: str = "last") -> dict[str, Any] | None:
+        """``checkpoints/<name>.pt`` (data only), or None before the first one."""
+        from robotrl.checkpoint import load_checkpoint
+
+        file = self.path / "checkpoints" / f"{name}.pt"
+        return load_checkpoint(file) if file.is_file() else None
+
+    def evaluations(self) -> list[dict[str, float]]:
+        """Every evaluation of the run so far (``step``, ``seconds``, ``return_mean``, ...)."""
+        ckpt = self.checkpoint()
+        return list(ckpt.get("evaluations", [])) if ckpt else []
+
+    def eval(self) -> dict[str, float]:
+        """The final evaluation of a finished run, else the latest one; ``{}`` before any."""
+        result = self.result
+        if result is not None:
+            return dict(result["final"])
+        evals = self.evaluations()
+        return dict(evals[-1]) if evals else {}
+
+    def scalars(self) -> dict[str, list[tuple[int, float]]]:
+        """Every scalar the run logged to TensorBoard: tag -> [(step, value)] in step order
+        (the last write of a step wins, as after a resume)."""
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        out: dict[str, dict[int, float]] = {}
+        for events in sorted(self.path.glob("events.out.tfevents.*")):
+            acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+            acc.Reload()
+            for tag in acc.Tags()["scalars"]:
+                series = out.setdefault(tag, {})
+                for e in acc.Scalars(tag):
+                    series[int(e.step)] = float(e.value)
+        return {tag: sorted(s.items()) for tag, s in out.items()}
+
+
+def run_training(cfg: TrainConfig) -> dict[str, float] | None:
+    """Validate, build, (resume,) train, evaluate; return the final evaluation (None on the
+    ranks other than 0 of a data-parallel run)."""
+    return Experiment(cfg).run()
+
+
+def _run(cfg: TrainConfig) -> dict[str, float] | None:
+    """``Experiment.run`` of a validated config."""
+    import torch
+
+    from robotrl import distributed
+    from robotrl.checkpoint import run_lock
+
+    torch.set_num_threads(cfg.torch_threads or os.cpu_count() or 1)
+    rank = distributed.init(cfg.device) if cfg.distributed else distributed.current()
+    try:
+        # rank 0 owns the run directory: a second run pointed at it is refused (RunLocked)
+        with run_lock(cfg.run_dir) if rank.main else contextlib.nullcontext():
+            return _train(cfg, rank)
+    finally:
+        if cfg.distributed:
+            distributed.shutdown()
+
+
+def _train(cfg: TrainConfig, rank: Rank) -> dict[str, float] | None:
+    import torch
+
+    from robotrl import distributed
+    from robotrl.logging import console
+    from robotrl.seeding import seed_everything
+
+    seed_everything(cfg.seed)  # every rank: the same initial parameters
+    runner = build_runner(cfg)
+    if not rank.main:  # then rank r's own stream, as a run seeded with it (its worlds too)
+        seed_everything(rank.seed(cfg.seed))
+        generator = getattr(runner.alg, "generator", None)
+        if isinstance(generator, torch.Generator):  # drawn from the global RNG, as at build
+            generator.manual_seed(int(torch.randint(2**31 - 1, ())))
+    if cfg.resume:
+        path = distributed.rank_path(cfg.resume)
+        if not path.is_file():
+            raise ValueError(f"resume: rank {rank.rank}'s checkpoint {path} is missing (a "
+                             "data-parallel run resumes with the number of processes it had)")
+        runner.load(path)
+        if rank.main:
+            console.print(f"resumed from {cfg.resume} at step {runner.global_step:,}")
+    if not rank.main:
+        return runner.train()
+    save_config(cfg)
+    where = (f"dataset {cfg.dataset}, {cfg.total_steps:,} updates" if cfg.dataset else
+             f"{cfg.num_envs} worlds ({cfg.backend.name}), {cfg.total_steps:,} steps")
+    if rank.world_size > 1:
+        where += f" x {rank.world_size} ranks"
+    console.print(f"[bold]robotrl train[/bold] {cfg.env.task} with {type(cfg.algo).__name__} "
+                  f"on {where} -> {cfg.run_dir}")
+    network_cost = getattr(runner.alg, "network_cost", None)
+    if network_cost is not None:  # learners whose cost grows with depth (CRL) say what it is
+        for name, c in network_cost().items():
+            console.print(f"  {name}: {c['params'] / 1e6:.2f}M parameters; per update "
+                          f"{c['flops'] / 1e9:.2f} GFLOP, {c['activation_bytes'] / 2**20:.1f} "
+                          "MiB activations")
+    result = runner.train()
+    if result is not None:
+        result = {**result, "best": runner.best_eval}  # what a sweep's table shows beside it
+        write_json(Path(cfg.run_dir) / RESULT_FILE, {
+            "step": runner.global_step, "total_steps": cfg.total_steps, "final": result})
+        score = (f", normalized score {result['normalized_score']:.1f}"
+                 if "normalized_score" in result else "")
+        # a group run (GRPO) reports its train and test initial states apart
+        splits = ([("", " (train initial states)"), ("test_", " (test initial states)")]
+                  if "test_return_mean" in result else [("", "")])
+        for p, where in splits:
+            success = f", success {100 * result[p + 'success']:.0f}%" if p + "success" in result else ""
+            if p + "final_distance" in result:  # goal-conditioned tasks
+                reached = result[p + "time_to_goal"]
+                success += (f", final goal distance {result[p + 'final_distance']:.3f}, "
+                            + (f"time to goal {reached:.1f} steps" if reached == reached
+                               else "goal never reached"))
+            console.print(f"eval{where}: return {result[p + 'return_mean']:.1f} ± "
+                          f"{result[p + 'return_std']:.1f}, length {result[p + 'length_mean']:.0f} "
+                          f"over {result[p + 'episodes']} episodes{success}{score}")
+    return result
+
+
+
+
+def save_config(cfg: TrainConfig) -> Path:
+    """Write the resolved config to ``run_dir/config.yaml`` atomically."""
+    from omegaconf import OmegaConf
+
+    from robotrl.checkpoint import atomic_open
+
+    path = Path(cfg.run_dir) / "config.yaml"
+    with atomic_open(path, "w") as f:
+        f.write(OmegaConf.to_yaml(OmegaConf.create(to_dict(cfg))))
+    return path
+
+
