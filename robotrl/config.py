@@ -326,7 +326,9 @@ def _check_type(value: Any, hint: Any, path: str) -> Any:
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
             raise TypeError(f"{path}: expected a mapping, got {type(value).__name__} {value!r}")
-        return dict(value)
+        args = typing.get_args(hint)
+        item = args[1] if len(args) == 2 else Any
+        return {k: _check_type(v, item, f"{path}.{k}") for k, v in value.items()}
     if hint is bool:
         if isinstance(value, bool):
             return value

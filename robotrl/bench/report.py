@@ -1,75 +1,107 @@
-"""The offline benchmark's report: tables, statistics and figures from the runs' raw scores.
+"""A grid's report: tables, statistics and figures computed from its cells' compact records
+(``robotrl.bench.harness.collect``) alone, so anyone can recompute them from the committed
+results file.
 
-``summarize(runs, ...)`` computes every number the report shows from the list of run records
-(``robotrl offline-bench`` writes them, with that summary, to ``results.json``), so anyone can
-recompute the tables from the JSON alone: ``summarize(json.load(f)["runs"], ...)``.
-
-- Per dataset: mean normalized score over seeds with a Student-t 95% CI, last (final
-  evaluation) and best (best periodic evaluation), as CORL reports both.
-- Over datasets (``robotrl.stats``, scores / 100 so the expert is 1): IQM, mean, median and
-  optimality gap with stratified-bootstrap 95% CIs; probability of improvement for every pair;
-  run-score distributions (performance profiles). Only algorithms with every (dataset, seed)
-  run finished enter the aggregates (the bootstrap needs the full matrix).
-- Off-policy evaluation: FQE estimate against the simulator's discounted value, run by run;
-  Spearman rank correlation across runs and the median absolute and relative error.
+- Per target (task or dataset) and budget: every contestant's IQM over seeds of the final
+  evaluation with a stratified-bootstrap 95% CI (``robotrl.stats``), seeds, steps and mean wall
+  clock; PASS/FAIL against the grid's threshold where it has one. A contestant is an algorithm
+  run by robotrl (``sac``) or by a peer (``sac@sb3``).
+- Where a peer runs the same algorithm: the probability that a robotrl run beats a peer run
+  (stratified over targets), bootstrap 95% CI.
+- Over targets, for normalized metrics (``normalized_score``: 100 = expert; ``success``): IQM,
+  mean, median and optimality gap with stratified-bootstrap CIs, for contestants with every
+  cell finished; probability of improvement for every pair.
+- Offline grids with fitted Q evaluation: FQE against the simulator, rank correlation and error.
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from robotrl import stats
+from robotrl.bench.grid import ROBOTRL, Grid
 
 TAUS = np.linspace(0.0, 1.2, 61)
 """Normalized-score thresholds (/100) of the performance profiles."""
+SCALE = {"normalized_score": 100.0, "success": 1.0}
+"""Metrics comparable across targets, and the score of an expert (aggregates divide by it)."""
 
 
-def _matrix(runs: list[dict[str, Any]], algo: str, datasets: list[str], seeds: int,
-            key: str) -> np.ndarray | None:
-    """``[seeds, datasets]`` scores / 100 of ``algo``, or None if a run is missing."""
-    table = {(r["dataset"], r["seed"]): r[key] for r in runs
-             if r["algo"] == algo and key in r}
-    if any((d, s) not in table for d in datasets for s in range(seeds)):
+def contestant(record: dict[str, Any]) -> str:
+    """``algo`` for robotrl's runs, ``algo@peer`` for a peer's."""
+    return record["algo"] if record["runner"] == ROBOTRL else f"{record['algo']}@{record['runner']}"
+
+
+def contestants(grid: Grid) -> list[str]:
+    out = []
+    for a in grid.algos:
+        out.append(a)
+        out += [f"{a}@{p}" for p, cfg in grid.peers.items() if a in cfg.algos]
+    return out
+
+
+def _matrix(done: list[dict[str, Any]], who: str, targets: list[str], seeds: list[int],
+            key: str, scale: float = 1.0) -> np.ndarray | None:
+    """``[seeds, targets]`` scores / ``scale`` of contestant ``who``, or None if one is missing."""
+    table = {(r["target"], r["seed"]): r[key] for r in done if contestant(r) == who}
+    if any((t, s) not in table for t in targets for s in seeds):
         return None
-    return np.array([[table[(d, s)] / 100.0 for d in datasets] for s in range(seeds)])
+    return np.array([[table[(t, s)] / scale for t in targets] for s in seeds])
 
 
-def summarize(runs: list[dict[str, Any]], algos: list[str], datasets: list[str], seeds: int,
-              reps: int = 50_000) -> dict[str, Any]:
-    """Every number of the report (see the module docstring); bootstrap seeds are fixed, so the
-    same runs always give the same summary."""
-    done = [r for r in runs if "final" in r]
-    out: dict[str, Any] = {"per_dataset": {}, "aggregates": {}, "improvement": {},
-                           "profiles": {}, "complete": [], "missing": []}
-    for d in datasets:
-        for a in algos:
-            rs = [r for r in done if r["dataset"] == d and r["algo"] == a]
-            if rs:
-                out["per_dataset"][f"{d}|{a}"] = {
-                    k: stats.mean_interval([r[k] for r in rs]) for k in ("final", "best")} | {
-                    "seeds": len(rs)}
-    out["missing"] = [f"{r['algo']} {r['dataset']} s{r['seed']}: {r['missing']}"
-                      for r in runs if "missing" in r]
-    for key in ("final", "best"):
-        mats = {a: m for a in algos if (m := _matrix(done, a, datasets, seeds, key)) is not None}
-        if key == "final":
-            out["complete"] = list(mats)
-        out["aggregates"][key] = {
-            name: stats.interval_estimates(mats, f, reps=reps)
-            for name, f in stats.AGGREGATES.items()} if mats else {}
-        names = list(mats)
-        pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]
-        out["improvement"][key] = {f"{x}>{y}": v for (x, y), v in
-                                   stats.improvement_estimates(mats, pairs).items()}
-        out["profiles"][key] = {a: [c.tolist() for c in v] for a, v in
-                                stats.performance_profiles(mats, TAUS).items()}
-    out["ope"] = ope_summary(done)
-    out["seconds"] = {a: sum(r.get("train_seconds", 0.0) + r.get("ope", {}).get("seconds", 0.0)
-                             for r in done if r["algo"] == a) for a in algos}
+def summarize(grid: Grid, records: list[dict[str, Any]], reps: int = 50_000) -> dict[str, Any]:
+    """Every number of the report (see the module docstring), per budget; bootstrap seeds are
+    fixed, so the same records always give the same summary."""
+    out: dict[str, Any] = {"budgets": {}, "missing": [
+        f"{contestant(r)} {r['target']} {r['budget']:,} s{r['seed']}: {r['missing']}"
+        for r in records if "missing" in r]}
+    names = contestants(grid)
+    for budget in grid.budgets:
+        done = [r for r in records if "final" in r and r["budget"] == budget]
+        section: dict[str, Any] = {"cells": {}, "vs_peer": {}, "aggregates": {},
+                                   "improvement": {}, "profiles": {}, "complete": []}
+        for target in grid.targets:
+            for who in names:
+                rs = [r for r in done if r["target"] == target and contestant(r) == who]
+                if not rs:
+                    continue
+                scores = np.array([[r["final"]] for r in rs])
+                point = stats.interval_estimates({who: scores}, stats.iqm, reps=reps)[who]
+                cell = {"iqm": point, "seeds": len(rs), "scores": [r["final"] for r in rs],
+                        "steps": min(r["steps"] for r in rs),
+                        "minutes": float(np.mean([r["train_seconds"] for r in rs])) / 60}
+                threshold = grid.thresholds.get(who.split("@")[0], {}).get(target)
+                if threshold is not None and "@" not in who:
+                    cell["threshold"] = threshold
+                    cell["pass"] = bool(point[0] >= threshold)
+                section["cells"][f"{target}|{who}"] = cell
+        for who in names:
+            if "@" not in who:
+                continue
+            ours = who.split("@")[0]
+            mats = {n: m for n in (ours, who)
+                    if (m := _matrix(done, n, grid.targets, grid.seeds, "final")) is not None}
+            if len(mats) == 2:
+                (p, lo, hi), = stats.improvement_estimates(mats, [(ours, who)]).values()
+                section["vs_peer"][f"{ours}>{who}"] = (p, lo, hi)
+        scale = SCALE.get(grid.metric)
+        if scale is not None:
+            mats = {n: m for n in names if (m := _matrix(done, n, grid.targets, grid.seeds,
+                                                         "final", scale)) is not None}
+            section["complete"] = list(mats)
+            if mats:
+                section["aggregates"] = {name: stats.interval_estimates(mats, f, reps=reps)
+                                         for name, f in stats.AGGREGATES.items()}
+                pairs = [(x, y) for i, x in enumerate(mats) for y in list(mats)[i + 1:]]
+                section["improvement"] = {f"{x}>{y}": v for (x, y), v in
+                                          stats.improvement_estimates(mats, pairs).items()}
+                section["profiles"] = {a: [c.tolist() for c in v] for a, v in
+                                       stats.performance_profiles(mats, TAUS).items()}
+        section["ope"] = ope_summary(done)
+        out["budgets"][str(budget)] = section
     return out
 
 
@@ -86,8 +118,8 @@ def ope_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     err = np.abs(est - sim)
     # choosing among policies trained on the same data is what OPE is for: rank within a dataset
     within = []
-    for d in sorted({r["dataset"] for r in with_ope}):
-        idx = [i for i, r in enumerate(with_ope) if r["dataset"] == d]
+    for d in sorted({r["target"] for r in with_ope}):
+        idx = [i for i, r in enumerate(with_ope) if r["target"] == d]
         if len(idx) >= 3 and np.ptp(est[idx]) > 0 and np.ptp(sim[idx]) > 0:
             within.append(float(spearmanr(est[idx], sim[idx]).statistic))
     return {"runs": len(with_ope),
@@ -97,6 +129,7 @@ def ope_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "spearman_vs_final_score": float(spearmanr(est, final).statistic),
             "median_abs_error": float(np.median(err)),
             "median_rel_error": float(np.median(err / np.maximum(np.abs(sim), 1e-8)))}
+
 
 
 # ------------------------------------------------------------------------------ markdown
@@ -109,81 +142,72 @@ def _ci(v: tuple[float, float, float] | list[float], scale: float = 1.0) -> str:
     return f"{m:.1f} [{lo:.1f}, {hi:.1f}]"
 
 
-def markdown(summary: dict[str, Any], settings: dict[str, Any], figures: list[str]) -> str:
-    job = settings["job"]
-    algos, datasets = settings["algos"], settings["datasets"]
-    lines = [f"# Offline benchmark: {len(algos)} algorithms x {len(datasets)} datasets x "
-             f"{settings['seeds']} seeds", "",
-             f"{job.updates:,} gradient updates per run, evaluated every {job.eval_every:,} on "
-             f"{job.episodes} simulator episodes. Normalized score: 100 = the dataset card's "
-             "expert return, 0 = uniform random. Cells: mean over seeds [95% CI, Student t]; "
-             "(n=k): only k seeds finished.",
-             ""]
-    for key, title in (("final", "Last (final evaluation)"), ("best", "Best (best evaluation)")):
-        lines += [f"## {title}", "", "| dataset | " + " | ".join(algos) + " |",
-                  "|---|" + "---:|" * len(algos)]
-        for d in datasets:
-            cells = [(_ci(c[key]) + (f" (n={c['seeds']})" if c["seeds"] < settings["seeds"]
-                                     else "")
-                      if (c := summary["per_dataset"].get(f"{d}|{a}")) else "—") for a in algos]
-            lines.append(f"| {d} | " + " | ".join(cells) + " |")
+def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: list[str]
+             ) -> str:
+    names = contestants(grid)
+    kind = "datasets" if grid.offline else "tasks"
+    lines = [f"# {grid.name}: {len(grid.algos)} algorithms x {len(grid.targets)} {kind} x "
+             f"{len(grid.seeds)} seeds", "",
+             f"Metric: final evaluation's `{grid.metric}` (deterministic policy). Cells: IQM "
+             "over seeds [stratified-bootstrap 95% CI] (n seeds; n=1 is a single run, no "
+             "interval), mean wall clock per run. Machine: " + ("; ".join(machines) or "unknown")
+             + ".", ""]
+    for budget, section in summary["budgets"].items():
+        unit = "gradient updates" if grid.offline else "env steps"
+        lines += [f"## {int(budget):,} {unit}", "", "| " + kind[:-1] + " | " + " | ".join(names)
+                  + " |", "|---|" + "---:|" * len(names)]
+        for target in grid.targets:
+            row = []
+            for who in names:
+                c = section["cells"].get(f"{target}|{who}")
+                if c is None:
+                    row.append("—")
+                    continue
+                verdict = (f" **{'PASS' if c['pass'] else 'FAIL'}** (≥ {c['threshold']:g})"
+                           if "pass" in c else "")
+                row.append(f"{_ci(c['iqm'])} (n={c['seeds']}, {c['minutes']:.0f} min){verdict}")
+            lines.append(f"| {target} | " + " | ".join(row) + " |")
         lines.append("")
-    lines += ["## Aggregates over datasets", "",
-              "Stratified bootstrap 95% CIs (runs resampled within each dataset); "
-              "optimality gap: lower is better. Algorithms with every run finished: "
-              f"{', '.join(summary['complete']) or 'none'}.", ""]
-    for key in ("final", "best"):
-        aggs = summary["aggregates"].get(key) or {}
-        if not aggs:
-            continue
-        names = list(stats.AGGREGATES)
-        lines += [f"**{key}**", "", "| algorithm | " + " | ".join(names) + " |",
-                  "|---|" + "---:|" * len(names)]
-        for a in summary["complete"]:
-            lines.append(f"| {a} | " + " | ".join(_ci(aggs[n][a], 100) for n in names) + " |")
-        lines.append("")
-    imp = summary["improvement"].get("final") or {}
-    if imp:
-        lines += ["## Probability of improvement (final scores)", "",
-                  "P(X > Y): the chance a run of X beats a run of Y on a random dataset "
-                  "(>0.5: X better), bootstrap 95% CI.", "", "| X > Y | P | CI |", "|---|---:|---|"]
-        lines += [f"| {k.replace('>', ' > ')} | {v[0]:.2f} | [{v[1]:.2f}, {v[2]:.2f}] |"
-                  for k, v in imp.items()]
-        lines.append("")
-    ope = summary["ope"]
-    if ope.get("runs", 0) >= 2:
-        lines += ["## Off-policy evaluation (fitted Q evaluation)", "",
-                  f"FQE ({job.ope_updates:,} updates, gamma {job.gamma}) from the dataset alone "
-                  f"against the simulator's discounted return of the same final policy, over "
-                  f"{ope['runs']} runs: Spearman rank correlation **{ope['spearman']:.2f}** "
-                  f"across all runs, **{ope['spearman_within_dataset']:.2f}** on average "
-                  f"among the runs of one dataset ({ope['datasets_ranked']} datasets; what "
-                  f"choosing a policy for one dataset needs), "
-                  f"{ope['spearman_vs_final_score']:.2f} with the final normalized score; "
-                  f"median absolute error {ope['median_abs_error']:.1f} "
-                  f"({100 * ope['median_rel_error']:.0f}% of the simulated value).", ""]
-    secs = summary["seconds"]
-    total = sum(secs.values())
-    lines += ["## Wall clock", "", f"Summed over runs (training + FQE): {_duration(total)}; "
-              + ", ".join(f"{a} {s / 60:.0f} min" for a, s in secs.items()) + "."]
-    if settings.get("sweep_seconds"):
-        wall = settings["sweep_seconds"]
-        lines[-1] += (f" This invocation's sweep took {_duration(wall)} with launcher "
-                      f"{settings['launcher']}" + (f" ({settings['jobs']} processes)"
-                                                   if settings["launcher"] == "joblib" else "")
-                      + " (reused runs count in the sum, not here).")
-    lines.append("")
+        if section["vs_peer"]:
+            lines += ["P(a robotrl run beats a peer run), stratified over "
+                      f"{kind}, bootstrap 95% CI:", ""]
+            lines += [f"- {k.replace('>', ' > ')}: {v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
+                      for k, v in section["vs_peer"].items()]
+            lines.append("")
+        if section["aggregates"]:
+            aggs, scale = section["aggregates"], SCALE[grid.metric]
+            lines += [f"Over {kind} (scores / {scale:g}; optimality gap: lower is better); "
+                      f"contestants with every cell finished: {', '.join(section['complete'])}.",
+                      "", "| contestant | " + " | ".join(aggs) + " |", "|---|" + "---:|" * len(aggs)]
+            lines += [f"| {a} | " + " | ".join(_ci(aggs[n][a], scale) for n in aggs) + " |"
+                      for a in section["complete"]]
+            lines.append("")
+            if section["improvement"]:
+                lines += ["| X > Y | P(X > Y) [95% CI] |", "|---|---:|"]
+                lines += [f"| {k.replace('>', ' > ')} | {v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}] |"
+                          for k, v in section["improvement"].items()]
+                lines.append("")
+        ope = section["ope"]
+        if ope.get("runs", 0) >= 2:
+            lines += [f"Off-policy evaluation (FQE, {grid.ope_updates:,} updates) against the "
+                      f"simulator's discounted return of the same final policy, {ope['runs']} "
+                      f"runs: Spearman {ope['spearman']:.2f} across all runs, "
+                      f"{ope['spearman_within_dataset']:.2f} within a dataset "
+                      f"({ope['datasets_ranked']} datasets); median absolute error "
+                      f"{ope['median_abs_error']:.1f} ({100 * ope['median_rel_error']:.0f}%).", ""]
+    if grid.threshold_sources:
+        lines += ["Thresholds: " + "; ".join(f"{k}: {v}" for k, v in
+                                             grid.threshold_sources.items()) + ".", ""]
     if summary["missing"]:
-        lines += ["## Missing runs", "", *[f"- {m}" for m in summary["missing"]], ""]
-    lines += [f"![{Path(f).stem}](figures/{Path(f).name})" for f in figures]
-    return "\n".join(lines) + "\n"
+        lines += ["Missing cells:", "", *[f"- {m}" for m in summary["missing"]], ""]
+    lines += [f"![{Path(f).stem}]({Path(f).parent.name}/{Path(f).name})" for f in figures]
+    return "\n".join(lines).rstrip() + "\n"
 
 
 # ------------------------------------------------------------------------------ figures
-def figures(summary: dict[str, Any], runs: list[dict[str, Any]], settings: dict[str, Any],
-            folder: Path) -> list[str]:
-    """Aggregate intervals, performance profiles, learning curves and the OPE scatter as PNGs;
-    none (with a note) when matplotlib (the ``dev`` or ``plot`` extra) is missing."""
+def figures(grid: Grid, records: list[dict[str, Any]], folder: Path) -> list[str]:
+    """Learning curves per target (mean and min-max over seeds, every contestant) as one PNG
+    per budget; none (with a note) when matplotlib (the ``plot`` extra) is missing."""
     try:
         import matplotlib
 
@@ -195,100 +219,46 @@ def figures(summary: dict[str, Any], runs: list[dict[str, Any]], settings: dict[
     from robotrl.checkpoint import atomic_open
 
     folder.mkdir(parents=True, exist_ok=True)
-    colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(settings["algos"])}
+    names = contestants(grid)
+    colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(names)}
     written = []
-
-    def save(fig: Any, name: str) -> None:
-        path = folder / name
+    for budget in grid.budgets:
+        targets = grid.targets
+        cols = min(4, len(targets))
+        rows = -(-len(targets) // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
+        for ax in axes.flat[len(targets):]:
+            ax.set_visible(False)
+        for ax, target in zip(axes.flat, targets, strict=False):
+            for who in names:
+                curves = [r["curve"] for r in records if "curve" in r and r["target"] == target
+                          and contestant(r) == who and r["budget"] == budget and r["curve"]["steps"]]
+                if not curves:
+                    continue
+                n = min(len(c["score"]) for c in curves)
+                y = np.array([c["score"][:n] for c in curves])
+                x = curves[0]["steps"][:n]
+                ax.plot(x, y.mean(0), color=colors[who], label=who)
+                ax.fill_between(x, y.min(0), y.max(0), color=colors[who], alpha=0.15)
+            ax.set_title(target.split("/", 1)[-1], fontsize=9)
+            ax.grid(alpha=0.3)
+        axes.flat[0].legend(fontsize=7)
+        fig.supxlabel("gradient updates" if grid.offline else "env steps")
+        fig.supylabel(f"{grid.metric} (mean, min-max over seeds)")
+        path = folder / f"{grid.name}-{budget}-curves.png"
         with atomic_open(path, "wb") as f:
-            fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
+            fig.savefig(f, format="png", dpi=100, bbox_inches="tight")
         plt.close(fig)
         written.append(str(path))
-
-    aggs = summary["aggregates"].get("final") or {}
-    if aggs:
-        fig, axes = plt.subplots(1, 4, figsize=(14, 0.5 * len(summary["complete"]) + 1.5),
-                                 sharey=True)
-        for ax, (name, est) in zip(axes, aggs.items(), strict=True):
-            for i, a in enumerate(summary["complete"]):
-                m, lo, hi = (100 * x for x in est[a])
-                ax.barh(i, hi - lo, left=lo, height=0.6, color=colors[a], alpha=0.75)
-                ax.plot([m, m], [i - 0.3, i + 0.3], color="k", lw=1.5)
-            ax.set_title(name)
-            ax.set_xlabel("normalized score")
-            ax.grid(axis="x", alpha=0.3)
-        axes[0].set_yticks(range(len(summary["complete"])), summary["complete"])
-        fig.suptitle("Final scores over datasets: point estimate and stratified-bootstrap 95% CI",
-                     y=1.04)
-        save(fig, "aggregates.png")
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for a, (curve, lo, hi) in summary["profiles"]["final"].items():
-            ax.plot(100 * TAUS, curve, color=colors[a], label=a)
-            ax.fill_between(100 * TAUS, lo, hi, color=colors[a], alpha=0.2)
-        ax.set_xlabel("normalized score τ")
-        ax.set_ylabel("fraction of runs with score > τ")
-        ax.set_title("Performance profiles (final scores)")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        save(fig, "profiles.png")
-    datasets = settings["datasets"]
-    cols = min(4, len(datasets))
-    rows = -(-len(datasets) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
-    for ax in axes.flat[len(datasets):]:
-        ax.set_visible(False)
-    for ax, d in zip(axes.flat, datasets, strict=False):
-        for a in settings["algos"]:
-            curves = [r["curve"] for r in runs if "curve" in r and r["dataset"] == d
-                      and r["algo"] == a]
-            if not curves:
-                continue
-            n = min(len(c["score"]) for c in curves)
-            y = np.array([c["score"][:n] for c in curves])
-            x = curves[0]["steps"][:n]
-            ax.plot(x, y.mean(0), color=colors[a], label=a)
-            ax.fill_between(x, y.min(0), y.max(0), color=colors[a], alpha=0.15)
-        ax.set_title(d.split("/", 1)[-1], fontsize=9)
-        ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
-    fig.supxlabel("gradient updates")
-    fig.supylabel("normalized score (mean, min-max over seeds)")
-    save(fig, "curves.png")
-    ope = [(r["ope"]["simulated"], r["ope"]["estimate"], r["algo"]) for r in runs if "ope" in r]
-    if ope:
-        fig, ax = plt.subplots(figsize=(5, 4.5))
-        for a in settings["algos"]:
-            pts = np.array([(s, e) for s, e, al in ope if al == a])
-            if len(pts):
-                ax.scatter(pts[:, 0], pts[:, 1], s=14, color=colors[a], label=a)
-        lim = [min(min(p[:2]) for p in ope), max(max(p[:2]) for p in ope)]
-        ax.plot(lim, lim, "k--", lw=1)
-        ax.set_xlabel("simulated discounted return")
-        ax.set_ylabel("FQE estimate from the dataset")
-        ax.set_title(f"Off-policy evaluation (Spearman {summary['ope'].get('spearman', math.nan):.2f})")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-        save(fig, "ope.png")
     return written
 
 
-def write_report(runs: list[dict[str, Any]], settings: dict[str, Any], out: Path) -> dict[str, Any]:
-    """``results.json`` (every run + the summary), ``report.md`` and ``figures/``; prints the
-    report. Returns the summary."""
-    import dataclasses
-
-    from robotrl.checkpoint import atomic_open, write_json
-
-    summary = summarize(runs, settings["algos"], settings["datasets"], settings["seeds"],
-                        settings.get("reps", 50_000))
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {k: v for k, v in settings.items() if k != "job"}
-    meta["job"] = dataclasses.asdict(settings["job"])
-    write_json(out / "results.json", {"settings": meta, "runs": runs, "summary": summary}, indent=1)
-    figs = figures(summary, runs, settings, out / "figures")
-    text = markdown(summary, settings, figs)
-    with atomic_open(out / "report.md", "w") as f:
-        f.write(text)
-    print(text)
-    print(f"wrote {out / 'report.md'}, {out / 'results.json'} and {len(figs)} figures")
-    return summary
+def report(grid: Grid, records: list[dict[str, Any]], machines: list[str],
+           with_figures: bool = True, reps: int = 50_000) -> tuple[str, dict[str, Any]]:
+    """(markdown, summary) of ``records``; figures next to the report file."""
+    summary = summarize(grid, records, reps)
+    folder = grid.report_path.parent / "figures"
+    if with_figures:
+        figures(grid, records, folder)
+    names = [str(folder / f"{grid.name}-{b}-curves.png") for b in grid.budgets]
+    return markdown(grid, summary, machines, names), summary

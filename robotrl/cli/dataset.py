@@ -171,8 +171,8 @@ def collect_main(argv: list[str]) -> None:
                   f"{'n/a (no expert=)' if ref_max is None else f'{ref_max:.1f}'}")
     if ref_max is None:
         console.print("[yellow]without expert= the card has no expert reference: runs on this "
-                      "dataset get no normalized score and robotrl offline-bench refuses it"
-                      "[/yellow]")
+                      "dataset get no normalized score and robotrl bench refuses it (metric "
+                      "normalized_score)[/yellow]")
 
     card = DatasetCard(task=task_class(task).gym_id, dataset_id=dataset_id, kind=kind,
                        ref_min_score=ref_min, ref_max_score=ref_max)

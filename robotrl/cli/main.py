@@ -1,5 +1,5 @@
 """``robotrl`` console command: ``train`` (Hydra), ``eval``, ``demo``, ``export``, ``deploy``,
-``gap``, ``dataset``, ``offline-bench``, ``ope``, ``checkpoint``.
+``gap``, ``dataset``, ``bench``, ``ope``, ``checkpoint``.
 
 Every command refuses bad input with one line naming the problem and exit status 2.
 """
@@ -41,11 +41,12 @@ commands:
                  [checkpoint=PATH] [expert=PATH] [steps=1000000] [noise=0.1] [out=DIR|FILE.hdf5]
                  [options.KEY=VALUE]   (task options, recorded in the card)
           robotrl dataset info robotrl/hopper/expert-v0
-  offline-bench  train, score and off-policy-evaluate algorithms x datasets x seeds through a
-          Hydra launcher, reusing finished runs; a markdown report, figures, raw JSON:
-          robotrl offline-bench algos=[bc,td3bc,iql] datasets=[robotrl/hopper/medium-v0] seeds=5
-                 [updates=1000000] [suite=locomotion] [launcher=basic|joblib|submitit_slurm]
-                 [jobs=2] [out=runs/offline-bench] [run=false: report only]
+  bench   run a declared benchmark grid (algorithms x tasks or datasets x seeds x budgets, and
+          the peers beside them) through a Hydra launcher, each cell an ordinary run directory
+          reused when finished and resumed when interrupted; then the report from the runs:
+          robotrl bench run benchmarks/grids/offline.yaml [jobs=2 launcher=basic|joblib|
+                 submitit_slurm] [seeds=[0,1] budgets=[2000] ...any grid field]
+          robotrl bench report GRID [--check]    robotrl bench list GRID
   ope     estimate a checkpoint's value from a dataset alone (fitted Q evaluation):
           robotrl ope checkpoint=PATH dataset=ID [updates=10000] [gamma=0.99] [simulate=true]
   checkpoint upgrade PATH   convert a checkpoint of robotrl's earlier pickle format, which
@@ -60,7 +61,7 @@ COMMANDS: dict[str, str] = {
     "deploy": "robotrl.cli.deploy:deploy_main",
     "gap": "robotrl.cli.gap:gap_main",
     "dataset": "robotrl.cli.dataset:dataset_main",
-    "offline-bench": "robotrl.cli.offline_bench:offline_bench_main",
+    "bench": "robotrl.cli.bench:bench_main",
     "ope": "robotrl.cli.ope:ope_main",
     "checkpoint": "robotrl.cli.checkpoint:checkpoint_main",
 }

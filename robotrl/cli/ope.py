@@ -11,49 +11,14 @@ expected discounted return (``gamma``) from the dataset's episode starts.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any
-
-
-def off_policy_value(checkpoint: str, dataset: str, updates: int = 10_000, gamma: float = 0.99,
-                     simulate: bool = True, episodes: int = 10, device: str = "cpu",
-                     seed: int = 0) -> dict[str, Any]:
-    """FQE estimate of ``checkpoint``'s deterministic policy on ``dataset``; with ``simulate``
-    also ``simulated`` (its discounted return over ``episodes`` simulator episodes, resets from
-    the run's evaluation stream)."""
-    import torch
-
-    from robotrl.data import load_dataset
-    from robotrl.experiment.build import build_algo, build_env, load_run
-    from robotrl.ope import FQEConfig, fitted_q_evaluation
-    from robotrl.runners.evaluation import evaluate
-    from robotrl.seeding import derive_seed
-    from robotrl.types import obs_to
-
-    t0 = time.perf_counter()
-    cfg, ckpt = load_run(checkpoint, device)
-    env = build_env(cfg, episodes, derive_seed(seed, "eval-env"), train=False)
-    alg = build_algo(cfg, env.spec, ckpt["algo"])
-    data = load_dataset(dataset, device)
-    data.check_spec(env.spec.obs_dim, env.spec.action_dim, cfg.env.task)
-    result: dict[str, Any] = fitted_q_evaluation(
-        lambda s: alg.act_deterministic({"policy": s}), data,
-        FQEConfig(updates=updates, gamma=gamma, seed=seed))
-    if simulate:
-        dev = torch.device(device)
-        sim = evaluate(lambda obs: alg.act_deterministic(obs_to(obs, dev)).to(env.device), env,
-                       seed=derive_seed(seed, "eval-reset"), gamma=gamma)
-        result.update(simulated=sim["discounted_return_mean"],
-                      simulated_std=sim["discounted_return_std"])
-    result["seconds"] = time.perf_counter() - t0
-    return result
 
 
 def ope_main(argv: list[str]) -> None:
     from robotrl.checkpoint import write_json
     from robotrl.cli.args import parse_kv
     from robotrl.data import DatasetError
+    from robotrl.experiment.evaluate import off_policy_value
     from robotrl.logging import console
 
     args = parse_kv(argv, {"checkpoint": str, "dataset": str, "updates": int, "gamma": float,

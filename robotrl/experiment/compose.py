@@ -228,11 +228,15 @@ def compose(overrides: list[str]) -> TrainConfig:
     config merged and a dataset's task read from its card; not yet validated."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
     check_overrides(overrides)
-    with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+    if GlobalHydra.instance().is_initialized():  # inside a job of robotrl's own Hydra apps
         composed = hydra_compose(config_name="train", overrides=hydra_overrides(overrides))
+    else:
+        with initialize_config_module(config_module="robotrl.configs", version_base="1.3"):
+            composed = hydra_compose(config_name="train", overrides=hydra_overrides(overrides))
     return resolve_config(OmegaConf.to_container(composed, resolve=True), overrides)
 
 

@@ -34,7 +34,24 @@ if TYPE_CHECKING:
     from robotrl.runners.base import Runner
 
 RESULT_FILE = "result.json"
-"""Written by rank 0 when a run reaches its budget: ``{step, total_steps, final}``."""
+"""Written by rank 0 when a run reaches its budget: ``{step, total_steps, final (the last
+evaluation, with ``best``), train_seconds, evaluations (every one: step, seconds, scores)}``;
+the compact record a benchmark keeps."""
+
+
+def machine(device: str = "cpu") -> str:
+    """What a run ran on, for the tables that report it: CPU model and cores, or the GPU."""
+    import platform
+
+    import torch
+
+    from robotrl.nn.linear import cpu_fields
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    name = cpu_fields().get("model name") or platform.processor() or platform.machine()
+    return f"{name}, {cores} cores"
 
 
 class Experiment:
@@ -206,7 +223,9 @@ def _train(cfg: TrainConfig, rank: Rank) -> dict[str, float] | None:
     if result is not None:
         result = {**result, "best": runner.best_eval}  # what a sweep's table shows beside it
         write_json(Path(cfg.run_dir) / RESULT_FILE, {
-            "step": runner.global_step, "total_steps": cfg.total_steps, "final": result})
+            "step": runner.global_step, "total_steps": cfg.total_steps, "final": result,
+            "train_seconds": runner.train_seconds, "evaluations": runner.evaluations,
+            "machine": machine(cfg.device)}, indent=1)
         score = (f", normalized score {result['normalized_score']:.1f}"
                  if "normalized_score" in result else "")
         # a group run (GRPO) reports its train and test initial states apart

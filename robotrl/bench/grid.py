@@ -1,0 +1,184 @@
+"""A benchmark is a declared grid: algorithms x tasks (or datasets) x seeds x budgets, run by
+robotrl and by the peers declared beside it; every cell an ordinary run directory.
+
+    # benchmarks/grids/zoo_onpolicy.yaml
+    name: zoo-onpolicy
+    out: runs/bench/zoo-onpolicy
+    algos: {ppo: [], trpo: []}          # algorithm -> its extra overrides
+    tasks: [halfcheetah, hopper]         # or datasets: [...] for offline algorithms
+    seeds: [0, 1, 2]
+    budgets: [1000000]                   # total_steps of each run
+    overrides: [num_envs=16]             # every robotrl cell
+    thresholds: {ppo: {halfcheetah: 5819}}
+    peers:
+      sb3: {script: benchmarks/peers/sb3.py, algos: {ppo: PPO}}
+
+A cell's directory is ``out/<runner>/<algo>/<target>/<budget>/s<seed>`` (``runner`` is
+``robotrl`` or a peer's name). robotrl cells hold what ``robotrl train`` writes; a peer writes
+the same ``result.json`` (``robotrl.experiment.run.RESULT_FILE``) so the report reads every cell
+alike. ``python``: the interpreter of a peer's own virtual environment (d3rlpy pins another
+Gymnasium); a peer script gets one argument, the cell as a JSON file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+from pathlib import Path
+from typing import Any
+
+from robotrl.config import from_dict
+
+ROBOTRL = "robotrl"
+"""The runner name of our own cells."""
+
+
+@dataclasses.dataclass
+class PeerConfig:
+    """A reference implementation run beside ours on the same cells."""
+
+    script: str
+    """The peer's runner: a Python file taking the cell's JSON path (``benchmarks/peers/``)."""
+    algos: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Our algorithm name -> the peer's (only these algorithms get a peer cell)."""
+    python: str = ""
+    """Interpreter of the peer's virtual environment ('' : this one); ``$VAR`` is expanded."""
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Handed to the script with every cell (hyperparameters, evaluation episodes, ...)."""
+
+
+@dataclasses.dataclass
+class Grid:
+    """What a benchmark runs (see the module docstring); loaded from YAML by ``load_grid``."""
+
+    name: str
+    """Short name (titles, the results file)."""
+    out: str
+    """Root folder of the cells' run directories."""
+    algos: dict[str, list[str]]
+    """Algorithm -> overrides of its cells (``[]``: defaults and ``configs/tuned/``)."""
+    tasks: list[str] = dataclasses.field(default_factory=list)
+    """Tasks (``env=``) of online algorithms."""
+    datasets: list[str] = dataclasses.field(default_factory=list)
+    """Datasets (``dataset=``) of offline algorithms; give tasks or datasets, not both."""
+    seeds: list[int] = dataclasses.field(default_factory=lambda: [0, 1, 2])
+    """Run seeds."""
+    budgets: list[int] = dataclasses.field(default_factory=lambda: [1_000_000])
+    """``total_steps`` of each run (env steps online, gradient updates offline)."""
+    overrides: list[str] = dataclasses.field(default_factory=list)
+    """Overrides of every robotrl cell (``logger.progress=false`` and ``torch_threads=1`` are
+    added unless given)."""
+    metric: str = "return_mean"
+    """Evaluation key the report compares: ``return_mean``, ``normalized_score``, ``success``."""
+    thresholds: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    """Algorithm -> target -> the score its final evaluation must reach (IQM over seeds)."""
+    threshold_sources: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Target (or ``algo/target``) -> where its threshold comes from (printed under the table)."""
+    peers: dict[str, PeerConfig] = dataclasses.field(default_factory=dict)
+    """Peer name -> how to run it."""
+    ope_updates: int = 0
+    """Offline cells: fitted Q evaluation updates of the final policy (0: none)."""
+    results: str = ""
+    """A JSON file collecting every finished cell's compact record (commit it: the report is
+    recomputed from it alone); '' : ``out/results.json``."""
+    report: str = ""
+    """Markdown file the report is written to ('' : ``out/report.md``)."""
+
+    def __post_init__(self) -> None:
+        if bool(self.tasks) == bool(self.datasets):
+            raise ValueError(f"grid {self.name!r}: give tasks or datasets (one of them)")
+        if not self.algos or not self.seeds or not self.budgets:
+            raise ValueError(f"grid {self.name!r}: algos, seeds and budgets must be non-empty")
+        if any(b < 1 for b in self.budgets):
+            raise ValueError(f"grid {self.name!r}: budgets must be >= 1, got {self.budgets}")
+        from robotrl.registry import ALGORITHMS
+
+        kind = "offline" if self.datasets else "online"
+        fits = [n for n, e in ALGORITHMS.items() if (e.runner == "offline") == bool(self.datasets)]
+        for algo in self.algos:
+            if algo not in fits:
+                raise ValueError(f"grid {self.name!r}: unknown {kind} algorithm {algo!r}; "
+                                 f"available: {fits}")
+        for peer, p in self.peers.items():
+            unknown = sorted(set(p.algos) - set(self.algos))
+            if unknown:
+                raise ValueError(f"grid {self.name!r}: peer {peer!r} names algorithms "
+                                 f"{unknown} the grid does not run ({sorted(self.algos)})")
+
+    @property
+    def targets(self) -> list[str]:
+        return self.tasks or self.datasets
+
+    @property
+    def offline(self) -> bool:
+        return bool(self.datasets)
+
+    def cells(self) -> list[Cell]:
+        """Every cell, seed slowest (a grid stopped early has whole seeds), then budget, target,
+        algorithm, runner."""
+        out = []
+        for seed, budget, target, algo in itertools.product(self.seeds, self.budgets,
+                                                            self.targets, self.algos):
+            out.append(Cell(ROBOTRL, algo, target, seed, budget))
+            out += [Cell(p, algo, target, seed, budget) for p, cfg in self.peers.items()
+                    if algo in cfg.algos]
+        return out
+
+    def run_dir(self, cell: Cell) -> Path:
+        return (Path(self.out) / cell.runner / cell.algo / slug(cell.target) / str(cell.budget)
+                / f"s{cell.seed}")
+
+    @property
+    def results_path(self) -> Path:
+        return Path(self.results or Path(self.out) / "results.json")
+
+    @property
+    def report_path(self) -> Path:
+        return Path(self.report or Path(self.out) / "report.md")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One run of a grid."""
+
+    runner: str
+    algo: str
+    target: str
+    seed: int
+    budget: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.runner} {self.algo} {self.target} {self.budget:,} s{self.seed}"
+
+
+def slug(target: str) -> str:
+    """A directory name for a task or dataset: a Minari id with ``/`` -> ``_``; a file or
+    directory path its name plus a hash of the full path (two ``data.hdf5`` never collide)."""
+    p = Path(target)
+    if p.exists() or p.suffix == ".hdf5" or target.startswith(("/", ".")):
+        digest = hashlib.sha1(str(p.resolve()).encode()).hexdigest()[:8]
+        return f"{p.stem or 'data'}-{digest}"
+    return target.replace("/", "_")
+
+
+def load_grid(path: str | Path, overrides: dict[str, Any] | None = None) -> Grid:
+    """The grid in YAML file ``path`` with top-level fields replaced by ``overrides`` (the
+    command line's ``seeds=[0] budgets=[1000]``); unknown keys and wrong types fail naming
+    them."""
+    import yaml
+
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"grid file {path} not found")
+    data = yaml.safe_load(file.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"grid file {path} must hold a mapping, got {type(data).__name__}")
+    data.update(overrides or {})
+    if isinstance(data.get("algos"), list):  # [ppo, trpo]: no extra overrides
+        data["algos"] = {a: [] for a in data["algos"]}
+    try:
+        return from_dict(Grid, data, "grid")
+    except TypeError as err:
+        raise ValueError(str(err)) from None

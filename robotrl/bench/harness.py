@@ -1,0 +1,214 @@
+"""Running a grid: every cell an ordinary run directory, reused when finished, resumed when
+interrupted, a failure recorded and the grid going on.
+
+    robotrl bench run benchmarks/grids/offline.yaml jobs=2            # local processes
+    robotrl bench run GRID launcher=submitit_slurm hydra.launcher.partition=gpu
+    robotrl bench report benchmarks/grids/offline.yaml                 # tables from the runs
+
+Cells are Hydra jobs of the ``bench`` app (``configs/bench.yaml``: one sweep over the cell
+index), sent out by the launcher plugin ``launcher=`` names: ``basic`` (one after another, in
+this process), ``joblib`` (``jobs`` local processes), ``submitit_local`` / ``submitit_slurm``
+(``robotrl[launchers]``). A robotrl cell is ``robotrl.experiment.Experiment`` on the grid's
+overrides; a peer cell runs the peer's script in the peer's interpreter. Either way the cell
+ends with ``result.json`` in its run directory (written last, atomically); ``failed.json``
+holds the error of a cell that failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from robotrl.bench.grid import ROBOTRL, Cell, Grid
+from robotrl.checkpoint import write_json
+from robotrl.experiment import RESULT_FILE, Experiment, RunDir
+
+LAUNCHERS = {"basic": "", "joblib": "hydra_plugins.hydra_joblib_launcher",
+             "submitit_local": "hydra_plugins.hydra_submitit_launcher",
+             "submitit_slurm": "hydra_plugins.hydra_submitit_launcher"}
+"""Hydra launcher plugin -> the module it comes in (``pip install 'robotrl[launchers]'``)."""
+
+DEFAULTS = ("logger.progress=false", "torch_threads=1")
+"""Added to a robotrl cell's overrides unless the grid sets the key."""
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def finished(grid: Grid, cell: Cell) -> dict[str, Any] | None:
+    """The cell's ``result.json`` if it reached its budget, else None."""
+    done = read_json(grid.run_dir(cell) / RESULT_FILE)
+    if done is None or done.get("total_steps") != cell.budget or done["step"] < cell.budget:
+        return None
+    return done
+
+
+def cell_overrides(grid: Grid, cell: Cell) -> list[str]:
+    """``robotrl train`` overrides of a robotrl cell (a resume when its run has a checkpoint)."""
+    run = grid.run_dir(cell)
+    target = f"dataset={cell.target}" if grid.offline else f"env={cell.target}"
+    overrides = [f"algo={cell.algo}", target, *grid.overrides, *grid.algos[cell.algo],
+                 f"seed={cell.seed}", f"total_steps={cell.budget}", f"run_dir={run}"]
+    keys = {o.split("=", 1)[0].lstrip("+") for o in overrides}
+    overrides += [d for d in DEFAULTS if d.split("=", 1)[0] not in keys]
+    last = run / "checkpoints" / "last.pt"
+    if last.is_file():
+        overrides.append(f"resume={last}")
+    return overrides
+
+
+def run_peer(grid: Grid, cell: Cell) -> None:
+    """The peer's script on the cell, in the peer's interpreter; its output goes to
+    ``peer.log`` in the run directory."""
+    peer = grid.peers[cell.runner]
+    run = grid.run_dir(cell)
+    spec = {"algo": peer.algos[cell.algo], "our_algo": cell.algo, "target": cell.target,
+            "offline": grid.offline, "seed": cell.seed, "budget": cell.budget,
+            "run_dir": str(run.resolve()), "options": peer.options}
+    write_json(run / "cell.json", spec, indent=1)
+    python = os.path.expandvars(peer.python) if peer.python else sys.executable
+    if shutil.which(python) is None:
+        raise FileNotFoundError(f"peer {cell.runner!r}: interpreter {python!r} not found "
+                                f"(grid key peers.{cell.runner}.python)")
+    with open(run / "peer.log", "w") as log:
+        code = subprocess.call([python, peer.script, str(run / "cell.json")], stdout=log,
+                               stderr=subprocess.STDOUT)
+    if code:
+        tail = (run / "peer.log").read_text()[-2000:]
+        raise RuntimeError(f"peer {cell.runner} exited {code}: {tail}")
+
+
+def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
+    """Run (or reuse, or resume) one cell; its ``result.json``, or None when it failed (the
+    error is in ``failed.json``)."""
+    from robotrl.logging import console
+
+    run = grid.run_dir(cell)
+    done = finished(grid, cell)
+    if done is None:
+        run.mkdir(parents=True, exist_ok=True)
+        try:
+            if cell.runner == ROBOTRL:
+                Experiment.from_overrides(cell_overrides(grid, cell)).run()
+            else:
+                run_peer(grid, cell)
+            if grid.ope_updates and cell.runner == ROBOTRL:
+                ope_stage(grid, cell)
+            done = finished(grid, cell)
+            if done is None:
+                raise RuntimeError(f"{run} has no result.json for {cell.budget:,} steps")
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:  # noqa: BLE001 - one cell's failure is recorded, not fatal
+            write_json(run / "failed.json", {"error": f"{type(err).__name__}: {err}",
+                                             "traceback": traceback.format_exc()}, indent=1)
+            console.print(f"[red]{cell.label} failed: {type(err).__name__}: {err} "
+                          f"(details: {run / 'failed.json'})[/red]")
+            return None
+    (run / "failed.json").unlink(missing_ok=True)
+    final = done["final"]
+    score = final.get(grid.metric, float("nan"))
+    console.print(f"{cell.label}: {grid.metric} {score:.1f} "
+                  f"({done.get('train_seconds', float('nan')) / 60:.1f} min)")
+    return done
+
+
+def ope_stage(grid: Grid, cell: Cell) -> dict[str, Any]:
+    """Fitted Q evaluation of an offline cell's final policy beside the simulator's value
+    (``ope.json``)."""
+    from robotrl.experiment.evaluate import off_policy_value
+
+    run = grid.run_dir(cell)
+    done = read_json(run / "ope.json")
+    if done is not None and done.get("updates") == grid.ope_updates:
+        return done
+    cfg = RunDir(run).config
+    result = off_policy_value(str(run / "checkpoints" / "last.pt"), cell.target,
+                              grid.ope_updates, episodes=cfg.eval_episodes, device=cfg.device,
+                              seed=cell.seed)
+    write_json(run / "ope.json", result, indent=1)
+    return result
+
+
+def launch(grid_path: str, grid: Grid, launcher: str = "basic", jobs: int = 1,
+           hydra_args: list[str] | None = None, only: list[int] | None = None) -> float:
+    """Every cell (or the indices ``only``) through Hydra's launcher plugin; wall seconds."""
+    import importlib.util
+
+    import hydra
+    from omegaconf import DictConfig
+
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r}; available: {sorted(LAUNCHERS)}")
+    module = LAUNCHERS[launcher]
+    if module and importlib.util.find_spec(module) is None:
+        raise ValueError(f"launcher={launcher} needs its Hydra plugin: pip install "
+                         "'robotrl[launchers]'")
+    cells = grid.cells()
+    indices = [i for i in (only if only is not None else range(len(cells)))
+               if finished(grid, cells[i]) is None]
+    if not indices:
+        return 0.0
+    overrides = [f"cell={','.join(map(str, indices))}", f"grid={_quote(grid_path)}",
+                 f"out={_quote(grid.out)}", f"hydra/launcher={launcher}"]
+    if launcher == "joblib":
+        overrides.append(f"hydra.launcher.n_jobs={jobs}")
+
+    @hydra.main(config_path="pkg://robotrl.configs", config_name="bench", version_base="1.3")
+    def _job(dcfg: DictConfig) -> None:
+        run_cell(grid, grid.cells()[int(dcfg.cell)])
+
+    saved = sys.argv
+    sys.argv = ["robotrl bench", "--multirun", *overrides, *(hydra_args or [])]
+    t0 = time.perf_counter()
+    try:
+        _job()
+    finally:
+        sys.argv = saved
+    return time.perf_counter() - t0
+
+
+def _quote(value: str) -> str:
+    """A value safe inside a Hydra sweep (paths may hold characters the grammar reserves)."""
+    return value if all(c.isalnum() or c in "/_-." for c in value) else "'" + value.replace(
+        "'", "\\'") + "'"
+
+
+def collect(grid: Grid) -> list[dict[str, Any]]:
+    """One compact record per cell: the finished ones' scores (``final`` and ``best`` of the
+    grid's metric, the curve, the wall clock; ``ope`` where measured), the others with why they
+    are missing."""
+    records = []
+    for cell in grid.cells():
+        base = {"runner": cell.runner, "algo": cell.algo, "target": cell.target,
+                "seed": cell.seed, "budget": cell.budget}
+        run = grid.run_dir(cell)
+        done = finished(grid, cell)
+        if done is None:
+            failed = read_json(run / "failed.json")
+            records.append({**base, "missing": failed["error"] if failed else "not run"})
+            continue
+        evals = [e for e in done.get("evaluations", []) if grid.metric in e]
+        final = done["final"].get(grid.metric, float("nan"))
+        record = {**base, "steps": done["step"], "final": final,
+                  "best": max([e[grid.metric] for e in evals], default=final),
+                  "train_seconds": done.get("train_seconds", float("nan")),
+                  "machine": done.get("machine", ""),
+                  "curve": {"steps": [e["step"] for e in evals],
+                            "score": [e[grid.metric] for e in evals]}}
+        ope = read_json(run / "ope.json")
+        if ope is not None:
+            record["ope"] = ope
+        records.append(record)
+    return records

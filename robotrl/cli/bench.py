@@ -1,0 +1,139 @@
+"""``robotrl bench``: run a declared grid and report it from its run directories.
+
+    robotrl bench run benchmarks/grids/offline.yaml [jobs=2] [launcher=joblib] [only=0,5]
+                      [seeds=[0]] [budgets=[2000]] [out=runs/x]    (any top-level grid field)
+    robotrl bench report benchmarks/grids/offline.yaml [--check]
+    robotrl bench list benchmarks/grids/offline.yaml
+
+``run`` runs every unfinished cell (``robotrl.bench.harness``), then reports. ``report`` gathers
+every cell's compact record into the grid's results file (records of cells that are not on this
+machine are kept from it), writes the markdown report and prints it; ``--check`` writes nothing
+and exits 1 when the committed report differs from what the committed results give.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+ACTIONS = ("run", "report", "list")
+OPTIONS = {"launcher": str, "jobs": int, "only": str, "figures": bool}
+
+
+def _parse(argv: list[str]) -> tuple[str, str, dict[str, Any], dict[str, Any], list[str], bool]:
+    """(action, grid path, grid field overrides, options, Hydra arguments, --check)."""
+    import yaml
+
+    from robotrl.cli.args import parse_kv
+
+    if len(argv) < 2 or argv[0] not in ACTIONS:
+        raise SystemExit(f"usage: robotrl bench {{{'|'.join(ACTIONS)}}} GRID.yaml [key=value ...]")
+    action, path, rest = argv[0], argv[1], argv[2:]
+    check = "--check" in rest
+    hydra_args = [a for a in rest if a.startswith(("hydra.", "hydra/", "+hydra"))]
+    fields, options = {}, []
+    for arg in rest:
+        if arg in hydra_args or arg == "--check":
+            continue
+        key = arg.split("=", 1)[0]
+        if key in OPTIONS:
+            options.append(arg)
+        elif "=" in arg:
+            fields[key] = yaml.safe_load(arg.split("=", 1)[1])
+        else:
+            raise SystemExit(f"expected key=value, got {arg!r}")
+    return action, path, fields, parse_kv(options, OPTIONS), hydra_args, check
+
+
+def _merged(grid: Any) -> list[dict[str, Any]]:
+    """This machine's records, with the results file's for cells not run here."""
+    from robotrl.bench.harness import collect
+
+    records = collect(grid)
+    path = grid.results_path
+    if path.is_file():
+        saved = {_key(r): r for r in json.loads(path.read_text()).get("records", [])
+                 if "final" in r}
+        records = [saved.get(_key(r), r) if "missing" in r else r for r in records]
+    return records
+
+
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return r["runner"], r["algo"], r["target"], r["seed"], r["budget"]
+
+
+def write_results(grid: Any, records: list[dict[str, Any]]) -> None:
+    from robotrl.checkpoint import write_json
+
+    finished = [r for r in records if "final" in r]
+    write_json(grid.results_path, {"grid": grid.name, "records": finished}, indent=1)
+
+
+def _check_cards(datasets: list[str]) -> None:
+    """Every dataset readable and with reference returns, before anything is launched."""
+    from robotrl.data import DatasetError, load_card
+
+    for d in datasets:
+        try:
+            card = load_card(d)
+        except DatasetError as err:
+            raise SystemExit(f"dataset error: {err}") from None
+        if card.ref_min_score is None or card.ref_max_score is None:
+            raise SystemExit(f"dataset error: {d} has no reference returns (ref_min_score, "
+                             "ref_max_score) for normalized scores; record it with robotrl "
+                             "dataset collect ... expert=EXPERT.pt, or set metric: return_mean")
+
+
+def bench_main(argv: list[str]) -> None:
+    from robotrl.bench.grid import load_grid
+    from robotrl.bench.harness import finished, launch
+    from robotrl.bench.report import report
+    from robotrl.checkpoint import atomic_open
+    from robotrl.logging import console
+
+    action, path, fields, options, hydra_args, check = _parse(argv)
+    try:
+        grid = load_grid(path, fields)
+    except ValueError as err:
+        raise SystemExit(f"grid error: {err}") from None
+    cells = grid.cells()
+    if action == "list":
+        for i, cell in enumerate(cells):
+            state = "done" if finished(grid, cell) else "todo"
+            console.print(f"{i:4d} {state} {cell.label} -> {grid.run_dir(cell)}")
+        return
+    if action == "run":
+        only = ([int(i) for i in str(options["only"]).split(",")] if "only" in options
+                else None)
+        if only is not None and any(not 0 <= i < len(cells) for i in only):
+            raise SystemExit(f"only= indices must be in 0..{len(cells) - 1}")
+        if grid.offline and grid.metric == "normalized_score":
+            _check_cards(grid.datasets)
+        todo = [c for i, c in enumerate(cells) if (only is None or i in only)
+                and finished(grid, c) is None]
+        console.print(f"[bold]robotrl bench[/bold] {grid.name}: {len(cells)} cells, "
+                      f"{len(todo)} to run -> {grid.out}")
+        try:
+            seconds = launch(path, grid, str(options.get("launcher", "basic")),
+                             int(options.get("jobs", 1)), hydra_args, only)
+        except ValueError as err:
+            raise SystemExit(f"bench error: {err}") from None
+        console.print(f"ran in {seconds / 60:.1f} min")
+    records = _merged(grid)
+    machines = sorted({r["machine"] for r in records if r.get("machine")})
+    text, _ = report(grid, records, machines, with_figures=options.get("figures", not check))
+    if check:
+        committed = grid.report_path.read_text() if grid.report_path.is_file() else ""
+        if committed != text:
+            print(f"{grid.report_path} differs from what {grid.results_path} gives; run "
+                  f"robotrl bench report {path}", file=sys.stderr)
+            raise SystemExit(1)
+        print(f"{grid.report_path} matches {grid.results_path}")
+        return
+    write_results(grid, records)
+    grid.report_path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(grid.report_path, "w") as f:
+        f.write(text)
+    print(text)
+    print(f"wrote {grid.report_path} and {grid.results_path}")

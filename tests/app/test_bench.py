@@ -1,0 +1,145 @@
+"""robotrl bench: a grid's cells reused and resumed after an interruption, its report
+recomputable from the committed results alone (and checked by ``--check``), bad grids named;
+robotrl ope on a trained run."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from robotrl.bench.grid import ROBOTRL, Cell, load_grid
+from robotrl.checkpoint import load_checkpoint
+from robotrl.cli.bench import bench_main
+from robotrl.data import DatasetCard, save_hdf5
+from robotrl.envs import make
+from robotrl.runners.collect import collect
+
+
+@pytest.fixture(scope="module")
+def pendulum(tmp_path_factory) -> Path:
+    """2,000 noisy PD-controller transitions of InvertedPendulum, with reference returns."""
+    env = make("inverted_pendulum", 8, seed=0)
+    gains = torch.tensor([0.5, 5.0, 0.5, 0.5])
+    card = DatasetCard(task="InvertedPendulum-v5", kind="expert", policy="PD controller",
+                       ref_min_score=5.0, ref_max_score=1000.0)
+    data = collect(env, lambda o: (o["policy"] * gains).sum(-1, keepdim=True).clamp(-3, 3),
+                   2000, card, seed=0, action_noise=0.3, progress=False)
+    return save_hdf5(data, tmp_path_factory.mktemp("data") / "pend.hdf5")
+
+
+def write_grid(tmp_path: Path, dataset: Path, **extra) -> Path:
+    grid = {"name": "tiny-offline", "out": str(tmp_path / "bench"), "algos": ["bc", "td3bc"],
+            "datasets": [str(dataset)], "seeds": [0, 1], "budgets": [200],
+            "metric": "normalized_score", "ope_updates": 50,
+            "overrides": ["algo.num_steps=100", "eval_interval=1", "checkpoint_interval=1",
+                          "eval_episodes=2", "logger.tensorboard=false"],
+            "results": str(tmp_path / "committed" / "results.json"),
+            "report": str(tmp_path / "committed" / "report.md"), **extra}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+@pytest.mark.slow  # 8 short offline runs through two sweeps (~50 s alone)
+def test_interrupted_grid_resumes_without_redoing_cells(pendulum, tmp_path, monkeypatch, capsys):
+    path = write_grid(tmp_path, pendulum)
+    grid = load_grid(path)
+    from robotrl.runners.offline import OfflineRunner
+
+    original = OfflineRunner._iteration
+    calls = {"n": 0}
+
+    def interrupt_td3bc_s1(self):  # noqa: ANN001, ANN202 - Ctrl-C in the middle of the last run
+        if self.config["algo"]["name"] == "td3bc" and self.config["seed"] == 1:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(OfflineRunner, "_iteration", interrupt_td3bc_s1)
+    with pytest.raises(KeyboardInterrupt):
+        bench_main(["run", str(path)])
+    monkeypatch.undo()
+    runs = {(a, s): grid.run_dir(Cell(ROBOTRL, a, str(pendulum), s, 200))
+            for a in ("bc", "td3bc") for s in (0, 1)}
+    for key in [("bc", 0), ("td3bc", 0), ("bc", 1)]:
+        assert (runs[key] / "ope.json").exists(), key
+    cut = runs[("td3bc", 1)]
+    assert not (cut / "result.json").exists()
+    assert load_checkpoint(cut / "checkpoints" / "last.pt")["global_step"] == 100
+    before = {k: (r / "checkpoints" / "last.pt").stat().st_mtime_ns for k, r in runs.items()}
+    # the second invocation runs its cells in 2 processes through the joblib launcher
+    bench_main(["run", str(path), "launcher=joblib", "jobs=2"])
+    for key, run in runs.items():
+        after = (run / "checkpoints" / "last.pt").stat().st_mtime_ns
+        assert (after == before[key]) == (key != ("td3bc", 1)), key  # only the cut run trained
+    result = json.loads((cut / "result.json").read_text())
+    assert [e["step"] for e in result["evaluations"]] == [100, 200]  # resumed, not restarted
+    assert (cut / "ope.json").exists() and (cut / "checkpoints" / "best.pt").exists()
+
+    committed = tmp_path / "committed"
+    saved = json.loads((committed / "results.json").read_text())
+    assert len(saved["records"]) == 4 and all("ope" in r for r in saved["records"])
+    report = (committed / "report.md").read_text()
+    assert "bc" in report and "td3bc" in report and "(n=2" in report
+    assert (committed / "figures" / "tiny-offline-200-curves.png").stat().st_size > 0
+
+    # a fresh clone has the committed results but no run directories: the same report
+    import shutil
+
+    shutil.rmtree(tmp_path / "bench")
+    bench_main(["report", str(path), "--check"])
+    (committed / "report.md").write_text(report.replace("bc", "BC", 1))
+    with pytest.raises(SystemExit) as exc:
+        bench_main(["report", str(path), "--check"])
+    assert exc.value.code == 1
+
+
+def test_ope_command(pendulum, tmp_path):
+    from robotrl.cli.ope import ope_main
+    from robotrl.config import TrainConfig, from_dict
+    from robotrl.experiment import run_training
+
+    run = tmp_path / "run"
+    run_training(from_dict(TrainConfig, {
+        "algo": {"name": "bc", "num_steps": 100}, "dataset": str(pendulum),
+        "env": {"task": "inverted_pendulum", "options": {}}, "total_steps": 100,
+        "eval_episodes": 2, "run_dir": str(run),
+        "logger": {"tensorboard": False, "progress": False}}))
+    ope_main([f"checkpoint={run / 'checkpoints' / 'last.pt'}", f"dataset={pendulum}",
+              "updates=50", "episodes=2", f"out={tmp_path / 'ope.json'}"])
+    result = json.loads((tmp_path / "ope.json").read_text())
+    assert {"estimate", "estimate_std", "simulated", "starts", "gamma"} <= set(result)
+    with pytest.raises(SystemExit, match="needs dataset="):
+        ope_main([f"checkpoint={run / 'checkpoints' / 'last.pt'}"])
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"algos": ["bc", "ppo"]}, "unknown offline algorithm 'ppo'; available: .*'td3bc'"),
+    ({"tasks": ["hopper"]}, "give tasks or datasets"),
+    ({"seeds": "zero"}, "grid.seeds: expected a list"),
+    ({"colour": 1}, "unknown config key.*colour"),
+    ({"budgets": [0]}, "budgets must be >= 1"),
+    ({"peers": {"sb3": {"script": "x.py", "algos": {"sac": "SAC"}}}},
+     "peer 'sb3' names algorithms \\['sac'\\]"),
+])
+def test_bad_grid_is_named(bad, message, tmp_path, pendulum):
+    path = write_grid(tmp_path, pendulum, **bad)
+    with pytest.raises(SystemExit, match=message):
+        bench_main(["run", str(path)])
+    assert not (tmp_path / "bench").exists()  # nothing written
+
+
+def test_bad_options_are_named(tmp_path, pendulum):
+    path = write_grid(tmp_path, pendulum)
+    with pytest.raises(SystemExit, match="unknown launcher 'ray'"):
+        bench_main(["run", str(path), "launcher=ray"])
+    with pytest.raises(SystemExit, match="only= indices must be in 0..3"):
+        bench_main(["run", str(path), "only=9"])
+    nowhere = write_grid(tmp_path, Path("nowhere/x-v0"))
+    with pytest.raises(SystemExit, match="dataset error: .*nowhere/x-v0"):
+        bench_main(["run", str(nowhere)])
+    with pytest.raises(SystemExit, match="usage: robotrl bench"):
+        bench_main(["walk", str(path)])
