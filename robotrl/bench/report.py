@@ -165,7 +165,7 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
                     continue
                 verdict = (f" **{'PASS' if c['pass'] else 'FAIL'}** (≥ {c['threshold']:g})"
                            if "pass" in c else "")
-                row.append(f"{_ci(c['iqm'])} (n={c['seeds']}, {c['minutes']:.0f} min){verdict}")
+                row.append(f"{_ci(c['iqm'])} (n={c['seeds']}, {c['minutes']:.1f} min){verdict}")
             lines.append(f"| {target} | " + " | ".join(row) + " |")
         lines.append("")
         if section["vs_peer"]:
