@@ -1,5 +1,6 @@
-"""What the benchmark scripts share: the machine they ran on, checks and JSON files, and the
-timed end-to-end runs and evaluations of ours and of Stable-Baselines3 (SB3).
+"""What the benchmark scripts share: the machine they ran on, checks and JSON files, the
+timed runs and evaluations of ours and of Stable-Baselines3 (SB3), and the cells of the
+``robotrl bench`` peers (``benchmarks/peers/``: ``PeerCell``).
 
 The scripts import it as ``from common import ...``: run as ``python benchmarks/<script>.py``,
 Python puts ``benchmarks/`` on ``sys.path`` itself. SB3 (a dev extra) is imported only by the
@@ -27,16 +28,13 @@ from typing import TYPE_CHECKING, Any
 import mujoco
 import torch
 from rich.console import Console
-from rich.table import Table
 
 import robotrl.envs
-from robotrl.config import TrainConfig, from_dict, to_dict
-from robotrl.envs.registry import task_class
+from robotrl.config import TrainConfig, to_dict
 from robotrl.experiment import check_overrides, resolve_config, save_config, validate
 from robotrl.experiment.build import build_env, build_runner
 from robotrl.experiment.compose import hydra_overrides
 from robotrl.nn.linear import cpu_fields
-from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.runners.base import Runner
 from robotrl.runners.evaluation import PolicyFn, evaluate
 from robotrl.seeding import derive_seed, seed_everything
@@ -125,14 +123,6 @@ def write_json(path: str | Path, payload: dict[str, Any], console: Console) -> N
     console.print(f"figures written to {path}")
 
 
-def json_object(text: str) -> dict[str, Any]:
-    """argparse type of a JSON-object flag (``--algo-overrides``)."""
-    value = json.loads(text)
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("must be a JSON object")
-    return value
-
-
 def plain(x: Any) -> Any:
     """``x`` with classes and callables replaced by their names, for printing and JSON."""
     if isinstance(x, dict):
@@ -188,7 +178,7 @@ def sb3_eval(task: str, episodes: int, seed: int) -> Callable[[PolicyFn], dict[s
     return lambda policy: evaluate(policy, env, seed=derive_seed(seed, "eval-reset"))
 
 
-# ---------------------------------------------------------------------------- end to end
+# ---------------------------------------------------------------------------- ours' runner
 def ours_runner(cfg: TrainConfig) -> Runner:
     """The runner ``robotrl train`` builds for ``cfg`` (validated, seeded, on its config's torch
     threads), with its own evaluations off: the benchmark evaluates where it chooses."""
@@ -198,118 +188,6 @@ def ours_runner(cfg: TrainConfig) -> Runner:
     runner = build_runner(cfg)
     runner.evaluator = None
     return runner
-
-
-def ours_end_to_end(cfg: TrainConfig, what: str, console: Console,
-                    extra: Callable[[list[dict[str, float]]], dict[str, Any]] | None = None
-                    ) -> dict[str, Any]:
-    """Time ours' whole ``train()`` (its config's torch threads), then evaluate outside the
-    clock; the result dict ``print_end_to_end`` prints, ``extra(history)`` before the config."""
-    runner = ours_runner(cfg)  # evaluated below, outside the timed call
-    console.print(f"[dim]{cfg.env.task}: {what}, {cfg.num_envs} worlds, "
-                  f"{cfg.total_steps:,} steps ...[/]")
-    t0 = time.perf_counter()
-    runner.train()
-    seconds = time.perf_counter() - t0
-    final = ours_evaluation(runner, cfg)()
-    hist, returns = list(runner.history), runner.recent_returns
-    return {"steps": runner.global_step, "seconds": seconds, "sps": runner.global_step / seconds,
-            "final": final, "train_return": mean(returns), "train_episodes": len(returns),
-            "collect_s": sum(m["perf/collect_s"] for m in hist),
-            "update_s": sum(m["perf/update_s"] for m in hist),
-            **(extra(hist) if extra else {}), "config": to_dict(cfg)}
-
-
-def sb3_rollout(algo: Any, num_envs: int, sb3_envs: int) -> tuple[int, int, list[str]]:
-    """(ours' rollout batch, SB3's ``n_steps`` collecting it over ``sb3_envs`` sub-envs, notes)."""
-    batch = algo.num_steps * num_envs
-    n_steps = max(1, round(batch / sb3_envs))
-    notes = [] if n_steps * sb3_envs == batch else [
-        f"rollout batch {batch} is not a multiple of --sb3-envs {sb3_envs}: SB3 collects "
-        f"{n_steps * sb3_envs}"]
-    return batch, n_steps, notes
-
-
-def sb3_policy_kwargs(algo: Any) -> dict[str, Any]:
-    """SB3 ``MlpPolicy`` arguments of ours' actor and critic networks (separate pi/vf)."""
-    return dict(net_arch=dict(pi=list(algo.actor_hidden), vf=list(algo.critic_hidden)),
-                activation_fn=ACTIVATIONS[algo.activation], log_std_init=algo.init_log_std,
-                ortho_init=True)
-
-
-def sb3_normalize(venv: Any, algo: Any) -> tuple[Any, Any | None]:
-    """(env, normalizer): SB3's VecNormalize doing what ``algo``'s observation normalization
-    and reward scaling do (clip 10 as ours), or ``venv`` unchanged and None."""
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    if not (algo.normalize_obs or algo.reward_scaling):
-        return venv, None
-    norm = VecNormalize(venv, norm_obs=algo.normalize_obs, norm_reward=algo.reward_scaling,
-                        gamma=algo.gamma, clip_obs=10.0, clip_reward=10.0)
-    return norm, norm
-
-
-def sb3_learn(model: Any, venv: Any, norm: Any | None, task: str, total_steps: int,
-              args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
-    """Time ``model.learn(total_steps)``, evaluate deterministically, close ``venv``; the
-    result dict every throughput comparison prints (plus ``extra``)."""
-    t0 = time.perf_counter()
-    model.learn(total_timesteps=total_steps)
-    seconds = time.perf_counter() - t0
-    final = sb3_eval(task, args.eval_episodes, args.seed)(sb3_policy(model, norm))
-    returns = [float(ep["r"]) for ep in model.ep_info_buffer or []]
-    venv.close()
-    return {"steps": model.num_timesteps, "seconds": seconds, "sps": model.num_timesteps / seconds,
-            "final": final, "train_return": mean(returns), "train_episodes": len(returns),
-            **extra}
-
-
-def sb3_end_to_end(sb3_cls: Any, name: str, task: str, ours: dict[str, Any],
-                   mapping: Callable[..., tuple[dict[str, Any], list[str]]],
-                   args: argparse.Namespace, console: Console, vec_label: str,
-                   **vec: Any) -> dict[str, Any]:
-    """SB3 (``sb3_cls``) on ours' task, steps and hyperparameters: ``mapping(algo, num_envs,
-    sb3_envs, act_dim)`` gives its arguments and the notes on what differs; ``vec`` are
-    ``make_vec_env``'s vector-env arguments (default: DummyVecEnv). ``sb3_learn``'s dict."""
-    from stable_baselines3.common.env_util import make_vec_env
-
-    algo = from_dict(TrainConfig, ours["config"]).algo
-    torch.set_num_threads(args.torch_threads)
-    venv = make_vec_env(task_class(task).gym_id, n_envs=args.sb3_envs, seed=args.seed, **vec)
-    kwargs, notes = mapping(algo, ours["config"]["num_envs"], args.sb3_envs,
-                            int(venv.action_space.shape[0]))
-    venv, norm = sb3_normalize(venv, algo)
-    model = sb3_cls("MlpPolicy", venv, seed=args.seed, device="cpu", verbose=0, **kwargs)
-    steps = ours["config"]["total_steps"]
-    console.print(f"[dim]{task}: {name}, {vec_label}, n_steps {kwargs['n_steps']}, "
-                  f"{steps:,} steps ...[/]")
-    return sb3_learn(model, venv, norm, task, steps, args,
-                     {"hyperparameters": plain(kwargs), "notes": notes, "vec_env": vec_label})
-
-
-def print_end_to_end(console: Console, title: str, ours: dict[str, Any], peer: dict[str, Any],
-                     peer_name: str, eval_episodes: int) -> None:
-    """Table of two end-to-end runs (``sb3_learn``-style dicts) and their throughput ratio."""
-    table = Table(title=title,
-                  caption="steps/s: env steps / wall clock of the whole train()/learn() call")
-    for col in ("", f"ours ({ours['config']['num_envs']} worlds)",
-                f"{peer_name} ({peer['vec_env']})"):
-        table.add_column(col, justify="right" if col else "left")
-    rows = [
-        ("env steps", lambda r: f"{r['steps']:,}"),
-        ("wall clock (s)", lambda r: f"{r['seconds']:.1f}"),
-        ("env-steps/s", lambda r: f"{r['sps']:,.0f}"),
-        (f"final eval return ({eval_episodes} ep.)",
-         lambda r: f"{r['final']['return_mean']:.1f} ± {r['final']['return_std']:.1f}"),
-        ("train return (last episodes)",
-         lambda r: "-" if r["train_return"] is None
-         else f"{r['train_return']:.1f} ({r['train_episodes']} ep.)"),
-    ]
-    for label, cell in rows:
-        table.add_row(label, cell(ours), cell(peer))
-    table.add_section()
-    table.add_row(f"ours/{peer_name} env-steps/s", f"{ours['sps'] / peer['sps']:.2f}x", "")
-    console.print(table)
 
 
 # ---------------------------------------------------------------------------- wall clock
@@ -468,3 +346,89 @@ def train_subprocess(overrides: list[str], run: Path, label: str) -> tuple[float
     tail = (run / "train.log").read_text()[-800:]
     print(f"FAILED {label} (exit {proc.returncode}):\n{tail}", flush=True)
     return wall, tail
+
+
+# ---------------------------------------------------------------------------- peer cells
+class PeerCell:
+    """A peer's cell of ``robotrl bench`` (``robotrl.bench.harness.run_peer`` runs ``python
+    benchmarks/peers/<peer>.py CELL.json``): the cell's fields, the peer's evaluations and the
+    ``result.json`` it ends with, the schema robotrl's own runs write.
+
+    Evaluations follow robotrl's protocol (the peer passes a callable running ``ours_eval`` or
+    ``sb3_eval``, seeded from the run seed's ``eval-env`` and ``eval-reset`` streams,
+    deterministic policy, ``options.episodes`` episodes, default 10) every
+    ``options.eval_every`` env steps (default: budget / 10) and at the end. Seconds are
+    training seconds: from ``start()``, less the time spent evaluating.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        spec = json.loads(Path(path).read_text())
+        self.algo: str = spec["algo"]
+        """The peer's name of the algorithm (the grid's ``peers.<name>.algos`` value)."""
+        self.our_algo: str = spec["our_algo"]
+        self.target: str = spec["target"]
+        self.offline: bool = bool(spec["offline"])
+        self.seed: int = int(spec["seed"])
+        self.budget: int = int(spec["budget"])
+        self.run_dir = Path(spec["run_dir"])
+        self.options: dict[str, Any] = dict(spec.get("options") or {})
+        self.episodes = int(self.options.get("episodes", 10))
+        self.eval_every = int(self.options.get("eval_every") or max(1, self.budget // 10))
+        self.evaluations: list[dict[str, Any]] = []
+        self.next_eval = self.eval_every
+        self._start: float | None = None
+        self._eval_s = 0.0
+
+    @classmethod
+    def from_argv(cls, argv: list[str], peer: str) -> PeerCell:
+        if len(argv) != 2:
+            raise SystemExit(f"usage: python benchmarks/peers/{peer}.py CELL.json (written by "
+                             "robotrl bench run)")
+        return cls(argv[1])
+
+    def start(self) -> None:
+        """Start the training clock."""
+        self._start = time.perf_counter()
+        self._eval_s = 0.0
+
+    def seconds(self) -> float:
+        """Training seconds so far (evaluations excluded)."""
+        assert self._start is not None, "start() first"
+        return time.perf_counter() - self._start - self._eval_s
+
+    def due(self, step: int) -> bool:
+        """Whether an evaluation is due at env step ``step``."""
+        return step >= self.next_eval
+
+    def evaluate(self, step: int, run: Callable[[], dict[str, float]]) -> dict[str, Any]:
+        """``run()`` (one evaluation) recorded at env step ``step``, off the training clock."""
+        seconds = self.seconds()
+        t0 = time.perf_counter()
+        result = run()
+        self._eval_s += time.perf_counter() - t0
+        self.evaluations.append({"step": int(step), "seconds": seconds, **result})
+        while self.next_eval <= step:
+            self.next_eval += self.eval_every
+        return result
+
+    def finish(self, step: int, run: Callable[[], dict[str, float]],
+               files: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Evaluate at ``step`` unless the last evaluation was there, then write
+        ``result.json`` (last, atomically) and return it; ``files`` (name -> JSON data) are
+        written into the run directory before it."""
+        from robotrl.checkpoint import write_json as write_atomic
+        from robotrl.experiment import RESULT_FILE
+        from robotrl.experiment.run import machine
+
+        train_seconds = self.seconds()
+        if not self.evaluations or self.evaluations[-1]["step"] != step:
+            self.evaluate(step, run)
+        last = {k: v for k, v in self.evaluations[-1].items() if k not in ("step", "seconds")}
+        best = max(e["return_mean"] for e in self.evaluations)
+        for name, data in (files or {}).items():
+            write_atomic(self.run_dir / name, data, indent=1)
+        result = {"step": int(step), "total_steps": self.budget, "final": {**last, "best": best},
+                  "train_seconds": train_seconds, "evaluations": self.evaluations,
+                  "machine": machine()}
+        write_atomic(self.run_dir / RESULT_FILE, result, indent=1)
+        return result

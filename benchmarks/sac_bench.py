@@ -1,38 +1,44 @@
-"""SAC section of ``sac_trpo_vs_sb3.py``: our SAC next to Stable-Baselines3's.
+"""Our SAC's gradient updates/s next to Stable-Baselines3's SAC, at the same batch size and
+networks (256x256 actor and twin critics, batch 256), both learning from a replay of the same
+``WARMUP`` random transitions; interleaved rounds, best and median, one process.
 
-Three measurements, contestants one after the other in one process:
+    python benchmarks/sac_bench.py                                 # HalfCheetah, 3 x 300 updates
+    python benchmarks/sac_bench.py --torch-threads 2 --json out.json
 
-* ``updates``: gradient updates/s at the same batch size and networks (256x256 actor and twin
-  critics, batch 256), both learning from a replay of the same number of real transitions;
-  interleaved repeats, best and median.
-* ``same steps``: both train for ``--sac-steps`` env steps at one update per env step
-  (SB3: 1 env, ``train_freq=1``; ours: ``--sac-envs`` worlds per step, ``utd_ratio=1``), same
-  networks, batch and warm-up; env-steps/s, updates/s and the final deterministic return.
-* ``wallclock`` (``--sac-minutes M``): ours from the Hydra configs (``algo=sac``, tuned files
-  apply) for M minutes, evaluated on the training clock (``common.ours_wallclock``).
+Learning against SB3 at equal env steps is a grid now (``benchmarks/grids/sac_vs_sb3.yaml``,
+``robotrl bench run``), against the wall clock ``offpolicy_wallclock.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
 import torch
-from common import best_median, check, ours_evaluation, ours_runner, ours_wallclock, sb3_learn
+from common import (
+    banner,
+    best_median,
+    check,
+    machine_meta,
+    print_checks,
+    warn_if_loaded,
+    write_json,
+)
 from rich.console import Console
-from rich.table import Table
 from stable_baselines3 import SAC as SB3SAC
 
 import robotrl.envs
 from robotrl.algos.sac import SAC, SACConfig
-from robotrl.config import TrainConfig, from_dict
 from robotrl.envs.registry import task_class
 
 BATCH = 256
 HIDDEN = (256, 256)
 WARMUP = 10_000
 """Random-action transitions before learning (SB3's rl-zoo value for HalfCheetah)."""
+TARGET = 2.0
+"""Issue 4's target: ours / SB3 gradient updates/s (best rounds)."""
 
 
 def _sb3_model(task: str, seed: int, learning_starts: int) -> SB3SAC:
@@ -80,87 +86,27 @@ def update_rates(args: argparse.Namespace, console: Console) -> dict[str, Any]:
     return out
 
 
-def same_steps(args: argparse.Namespace, console: Console) -> dict[str, Any]:
-    """Both train ``--sac-steps`` env steps at UTD 1; throughput and final return."""
-    steps, seed = args.sac_steps, args.seed
-    algo = {"name": "sac", "batch_size": BATCH, "actor_hidden": list(HIDDEN),
-            "critic_hidden": list(HIDDEN), "learning_starts": min(WARMUP, steps // 2),
-            "utd_ratio": 1.0, "num_steps": 1}
-    cfg = from_dict(TrainConfig, {
-        "algo": algo, "env": {"task": args.task}, "num_envs": args.sac_envs,
-        "total_steps": steps, "seed": seed, "run_dir": f"{args.out}/sac_same_steps",
-        "logger": {"tensorboard": False, "progress": False}, "eval_interval": 0,
-        "checkpoint_interval": 10**9, "torch_threads": args.torch_threads,
-        "eval_episodes": args.eval_episodes})
-    runner = ours_runner(cfg)
-    console.print(f"[dim]SAC same steps: ours, {args.sac_envs} worlds, {steps:,} steps ...[/]")
-    t0 = time.perf_counter()
-    runner.train()
-    ours_s = time.perf_counter() - t0
-    ours_eval = ours_evaluation(runner, cfg)()
-    ours = {"seconds": ours_s, "env_steps_per_s": runner.global_step / ours_s,
-            "updates": runner.alg.num_updates, "updates_per_s": runner.alg.num_updates / ours_s,
-            "return": ours_eval["return_mean"], "return_std": ours_eval["return_std"]}
-    console.print(f"[dim]SAC same steps: SB3, 1 env, {steps:,} steps ...[/]")
-    model = _sb3_model(args.task, seed, algo["learning_starts"])
-    run = sb3_learn(model, model.get_env(), None, args.task, steps, args, {})
-    sb3 = {"seconds": run["seconds"], "env_steps_per_s": run["sps"], "updates": model._n_updates,
-           "updates_per_s": model._n_updates / run["seconds"],
-           "return": run["final"]["return_mean"], "return_std": run["final"]["return_std"]}
-    table = Table(title=f"SAC {args.task}, {steps:,} env steps, UTD 1, batch {BATCH}, {HIDDEN}")
-    for col in ("", "env-steps/s", "updates/s", "updates", "final return"):
-        table.add_column(col, justify="right")
-    for name, r in (("ours", ours), ("SB3", sb3)):
-        table.add_row(name, f"{r['env_steps_per_s']:.0f}", f"{r['updates_per_s']:.1f}",
-                      f"{r['updates']:,}", f"{r['return']:.0f} ± {r['return_std']:.0f}")
-    table.add_row("ratio", f"{ours['env_steps_per_s'] / sb3['env_steps_per_s']:.2f}x",
-                  f"{ours['updates_per_s'] / sb3['updates_per_s']:.2f}x", "", "")
-    console.print(table)
-    return {"ours": ours, "sb3": sb3, "steps": steps, "num_envs": args.sac_envs}
-
-
-def sac_section(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """All SAC measurements that ``args`` asks for, and their pass/fail checks."""
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="halfcheetah", help="registry name (default: halfcheetah)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sac-updates", type=int, default=300, help="updates per timed round")
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds")
+    p.add_argument("--torch-threads", type=int, default=1, help="torch threads of both")
+    p.add_argument("--json", metavar="FILE", help="write every figure to FILE")
+    args = p.parse_args(argv)
     console = Console()
-    results: dict[str, Any] = {}
-    checks: list[dict[str, Any]] = []
-    if args.sac_updates:
-        results["updates"] = upd = update_rates(args, console)
-        checks.append(check("sac: ours/SB3 gradient updates/s >= 2x (best repeats)",
-                            upd["ratio_best"], upd["ratio_best"] >= 2.0))
-    if args.sac_steps:
-        results["same_steps"] = same = same_steps(args, console)
-        gap = same["ours"]["return"] - same["sb3"]["return"]
-        checks.append(check(f"sac: ours final return >= SB3's after {same['steps']:,} steps "
-                            "(one seed)", gap, gap >= 0))
-    if args.sac_minutes:
-        extra = ["algo=sac", *args.sac_overrides]
-        run = ours_wallclock(args.task, args.sac_minutes, f"sac_{args.task}_{args.sac_minutes:g}min",
-                             extra, args, console)
-        results["wallclock"] = run
-        curve = run["curve"]
-        for minutes, target in ((10, 5000.0), (30, 7500.0)):
-            if args.sac_minutes + 1e-9 >= minutes:
-                best = max(p["return"] for p in curve if p["seconds"] <= 60 * minutes + 1)
-                checks.append(check(f"sac {args.task}: return >= {target:g} within {minutes} "
-                                    f"min (best eval: {best:.0f})", best, best >= target))
-        for p in curve:
-            console.print(f"  {p['seconds'] / 60:5.1f} min  {p['steps']:>9,} steps  "
-                          f"return {p['return']:8.1f} ± {p['std']:.0f}")
-    return results, checks
+    console.print(banner("robotrl SAC vs SB3: gradient updates/s", args.task, sb3=True))
+    load = warn_if_loaded(console)
+    result = update_rates(args, console)
+    checks = [check(f"sac: ours/SB3 gradient updates/s >= {TARGET:g}x (best rounds)",
+                    result["ratio_best"], result["ratio_best"] >= TARGET)]
+    print_checks(console, checks, lambda c: f" ({c['value']:.2f}x)")
+    if args.json:
+        meta = {**machine_meta(sb3=True), "load_before": load, "args": vars(args)}
+        write_json(args.json, {"meta": meta, "updates": result, "checks": checks}, console)
+    return 0
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The SAC options of ``sac_trpo_vs_sb3.py``."""
-    p.add_argument("--sac-updates", type=int, default=300,
-                   help="updates per timed round of the updates/s comparison (0: skip)")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds (updates/s)")
-    p.add_argument("--sac-steps", type=int, default=30_000,
-                   help="env steps of the same-steps comparison (0: skip)")
-    p.add_argument("--sac-envs", type=int, default=16, help="our worlds in the same-steps run")
-    p.add_argument("--sac-minutes", type=float, default=0.0,
-                   help="wall-clock run of ours from the Hydra configs (0: skip)")
-    p.add_argument("--sac-overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="extra `robotrl train` overrides of the wall-clock run")
-    p.add_argument("--eval-every", type=float, default=60.0,
-                   help="seconds of training between evaluations (wall-clock run)")
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,7 +5,7 @@ envs of Gymnasium's MuJoCo envs: end-to-end env-steps/s and returns at equal ste
     python benchmarks/sb3_interop.py --tasks hopper --steps 4096 --n-envs 16   # quick look
 
 Per task and vector env, one ``PPO("MlpPolicy", VecNormalize(venv)).learn(--steps)`` with the
-rl-baselines3-zoo hyperparameters (``ppo_vs_sb3.ZOO``, ``n_steps`` per sub-env as SB3 defines
+rl-baselines3-zoo hyperparameters (``peers/sb3.py``'s ``ZOO``, ``n_steps`` per sub-env as SB3 defines
 it; ``--n-envs`` sub-envs, the zoo's is 1), observation and reward normalization by
 ``VecNormalize`` as the zoo's ``normalize: true``, the same seed, one torch thread. Vector envs: ``robotrl``
 (``as_sb3_vecenv(make(task, n_envs))``, the native MuJoCo backend), ``dummy`` (``DummyVecEnv``)
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 from common import banner, machine_meta, mean, sb3_eval, sb3_policy, write_json
-from ppo_vs_sb3 import ZOO
+from peers.sb3 import ZOO
 from rich.console import Console
 from rich.table import Table
 

@@ -79,6 +79,8 @@ class Grid:
     """Peer name -> how to run it."""
     ope_updates: int = 0
     """Offline cells: fitted Q evaluation updates of the final policy (0: none)."""
+    notes: str = ""
+    """Printed under the report's tables (how and where the cells ran, known caveats)."""
     results: str = ""
     """A JSON file collecting every finished cell's compact record (commit it: the report is
     recomputed from it alone); '' : ``out/results.json``."""

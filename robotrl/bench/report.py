@@ -195,6 +195,8 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
                       f"{ope['spearman_within_dataset']:.2f} within a dataset "
                       f"({ope['datasets_ranked']} datasets); median absolute error "
                       f"{ope['median_abs_error']:.1f} ({100 * ope['median_rel_error']:.0f}%).", ""]
+    if grid.notes:
+        lines += [grid.notes.strip(), ""]
     if grid.threshold_sources:
         lines += ["Thresholds: " + "; ".join(f"{k}: {v}" for k, v in
                                              grid.threshold_sources.items()) + ".", ""]

@@ -67,7 +67,13 @@ def write_results(grid: Any, records: list[dict[str, Any]]) -> None:
     from robotrl.checkpoint import write_json
 
     finished = [r for r in records if "final" in r]
-    write_json(grid.results_path, {"grid": grid.name, "records": finished}, indent=1)
+    mine = {_key(r) for r in records}
+    path = grid.results_path
+    if path.is_file():  # records of cells outside this invocation's grid (seeds=[0]) stay
+        kept = [r for r in json.loads(path.read_text()).get("records", [])
+                if _key(r) not in mine]
+        finished = kept + finished
+    write_json(path, {"grid": grid.name, "records": finished}, indent=1)
 
 
 def _check_cards(datasets: list[str]) -> None:

@@ -1,0 +1,73 @@
+"""robotrl bench's Stable-Baselines3 peer (benchmarks/peers/sb3.py) on one tiny cell: run by the
+harness in its own process, it writes the result.json robotrl's runs write (the same keys,
+evaluations on robotrl's schedule, written atomically), which collect and the report read like
+a robotrl cell's."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("stable_baselines3")
+
+from robotrl.bench.grid import ROBOTRL, Cell, load_grid  # noqa: E402
+from robotrl.bench.harness import collect, run_cell  # noqa: E402
+from robotrl.bench.report import report  # noqa: E402
+from robotrl.experiment.run import machine  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "peers" / "sb3.py"
+BUDGET = 300
+
+
+def test_sb3_peer_cell_reads_like_a_robotrl_cell(tmp_path):
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text(yaml.safe_dump({
+        "name": "tiny-peers", "out": str(tmp_path / "bench"), "algos": ["sac"],
+        "tasks": ["inverted_pendulum"], "seeds": [0], "budgets": [BUDGET],
+        "overrides": ["eval_episodes=2", "algo.learning_starts=100", "algo.batch_size=32",
+                      "logger.tensorboard=false"],
+        "peers": {"sb3": {"script": str(SCRIPT), "algos": {"sac": "SAC"}, "options": {
+            "episodes": 2, "eval_every": 100,
+            "hyperparams": {"SAC": {"learning_starts": 100, "batch_size": 32,
+                                    "policy_kwargs": {"net_arch": [32, 32]}}}}}}}))
+    grid = load_grid(grid_file)
+    peer, ours = (Cell(r, "sac", "inverted_pendulum", 0, BUDGET) for r in ("sb3", ROBOTRL))
+    assert grid.cells() == [ours, peer]
+
+    done = run_cell(grid, peer)
+    run = grid.run_dir(peer)
+    failed = run / "failed.json"
+    assert done is not None, failed.read_text() if failed.exists() else "no failed.json"
+    result = json.loads((run / "result.json").read_text())
+    assert result == done
+    assert set(result) == {"step", "total_steps", "final", "train_seconds", "evaluations",
+                           "machine"}
+    assert result["step"] == result["total_steps"] == BUDGET  # one env: exactly the budget
+    assert result["machine"] == machine()
+    evals = result["evaluations"]
+    assert [e["step"] for e in evals] == [100, 200, 300]  # every eval_every steps, the last at the end
+    assert all(e["episodes"] == 2 for e in evals)
+    seconds = [e["seconds"] for e in evals]
+    assert seconds == sorted(seconds) and 0 <= seconds[-1] <= result["train_seconds"]
+    final = result["final"]
+    assert {"return_mean", "return_std", "length_mean", "episodes", "best"} <= set(final)
+    assert final["return_mean"] == evals[-1]["return_mean"]
+    assert final["best"] == max(e["return_mean"] for e in evals)
+    assert not list(run.glob(".*.tmp"))  # written through a temporary file, replaced
+    hp = json.loads((run / "hyperparams.json").read_text())
+    assert hp["hyperparams"]["learning_starts"] == 100 and "options.hyperparams.SAC" in hp["source"]
+
+    # our own cell of the grid: the same keys at both levels
+    mine = run_cell(grid, ours)
+    assert mine is not None and set(mine) == set(result)
+    assert set(mine["final"]) == set(final)
+
+    records = {r["runner"]: r for r in collect(grid)}
+    record = records["sb3"]
+    assert record["steps"] == BUDGET and record["final"] == final["return_mean"]
+    assert record["best"] == final["best"] and record["curve"]["steps"] == [100, 200, 300]
+    text, summary = report(grid, list(records.values()), [machine()], with_figures=False,
+                           reps=200)
+    assert summary["budgets"][str(BUDGET)]["cells"]["inverted_pendulum|sac@sb3"]["seeds"] == 1
+    assert "| task | sac | sac@sb3 |" in text and "sac > sac@sb3" in text
