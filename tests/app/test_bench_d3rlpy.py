@@ -1,0 +1,134 @@
+"""The offline grids (benchmarks/grids/offline.yaml, offline_vs_d3rlpy.yaml) and the d3rlpy peer
+(benchmarks/peers/d3rlpy.py): the peer's hyperparameters are ours, field for field; a grid with
+a d3rlpy cell runs end to end and reports it (``pytest -m reference``, with
+``$ROBOTRL_D3RLPY_PYTHON`` the d3rlpy 2.8.1 venv's interpreter)."""
+
+import ast
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from robotrl.bench.grid import ROBOTRL, Cell, load_grid
+from robotrl.bench.harness import cell_overrides
+from robotrl.cli.bench import bench_main
+from robotrl.data import DatasetCard, save_hdf5
+from robotrl.envs import make
+from robotrl.experiment.compose import compose
+from robotrl.registry import algo_config_class
+from robotrl.runners.collect import collect
+
+ROOT = Path(__file__).resolve().parents[2]
+GRIDS = ROOT / "benchmarks" / "grids"
+PEER = ROOT / "benchmarks" / "peers" / "d3rlpy.py"
+
+
+@pytest.fixture(scope="module")
+def pendulum(tmp_path_factory) -> Path:
+    """2,000 noisy PD-controller transitions of InvertedPendulum, with reference returns (as
+    tests/app/test_bench.py's)."""
+    env = make("inverted_pendulum", 8, seed=0)
+    gains = torch.tensor([0.5, 5.0, 0.5, 0.5])
+    card = DatasetCard(task="InvertedPendulum-v5", kind="expert", policy="PD controller",
+                       ref_min_score=5.0, ref_max_score=1000.0)
+    data = collect(env, lambda o: (o["policy"] * gains).sum(-1, keepdim=True).clamp(-3, 3),
+                   2000, card, seed=0, action_noise=0.3, progress=False)
+    return save_hdf5(data, tmp_path_factory.mktemp("data") / "pend.hdf5")
+
+
+def peer_tables() -> dict[str, Any]:
+    """The peer's COMMON, DEFAULTS and D3RLPY_ONLY, read from its source (it imports d3rlpy,
+    which lives in another venv)."""
+    names = {"COMMON", "DEFAULTS", "D3RLPY_ONLY"}
+    body = []
+    for node in ast.parse(PEER.read_text()).body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") in names:
+            body.append(ast.copy_location(ast.Assign([node.target], node.value), node))
+    namespace: dict[str, Any] = {}
+    exec(compile(ast.fix_missing_locations(ast.Module(body, [])), str(PEER), "exec"), namespace)
+    assert names <= set(namespace)
+    return namespace
+
+
+def plain(value: Any) -> Any:
+    return [float(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+def test_offline_grid_is_the_old_suite():
+    grid = load_grid(GRIDS / "offline.yaml")
+    assert list(grid.algos) == ["bc", "td3bc", "rebrac", "iql", "cql", "awac", "td3bc_mcep"]
+    assert grid.datasets == [f"robotrl/{t}/{k}-v0" for t in ("hopper", "halfcheetah", "walker2d")
+                             for k in ("medium", "medium-replay", "expert", "medium-expert")]
+    assert (grid.seeds, grid.budgets, grid.metric, grid.ope_updates) == (
+        [0, 1, 2], [1_000_000], "normalized_score", 10_000)
+    assert len(grid.cells()) == 7 * 12 * 3
+
+
+def test_peer_runs_our_hyperparameters(pendulum):
+    """The peer's defaults are our config classes' (but where d3rlpy has no option), and the
+    vs-d3rlpy grid's peer options are exactly the config its robotrl cells compose."""
+    tables = peer_tables()
+    for algo, defaults in tables["DEFAULTS"].items():
+        ours = algo_config_class(algo)()
+        for key, value in defaults.items():
+            assert plain(getattr(ours, key)) == pytest.approx(plain(value)), (algo, key)
+    grid = load_grid(GRIDS / "offline_vs_d3rlpy.yaml")
+    peer = grid.peers["d3rlpy"]
+    assert set(peer.algos) == set(grid.algos) == set(tables["DEFAULTS"])
+    for algo in grid.algos:
+        cfg = compose(cell_overrides(grid, Cell(ROBOTRL, algo, str(pendulum), 0, 1000)))
+        options = peer.options[algo]
+        for key, value in options.items():
+            assert plain(getattr(cfg.algo, key)) == pytest.approx(plain(value)), (algo, key)
+        for key, theirs in tables["D3RLPY_ONLY"].get(algo, {}).items():
+            assert plain(getattr(cfg.algo, key)) == plain(theirs), (algo, key)
+        for key in tables["DEFAULTS"][algo]:  # fields the grid leaves out: ours' defaults
+            if key not in options:
+                assert plain(getattr(cfg.algo, key)) == pytest.approx(
+                    plain(tables["DEFAULTS"][algo][key])), (algo, key)
+
+
+@pytest.mark.reference
+def test_bc_against_d3rlpy_end_to_end(pendulum, tmp_path):
+    """The shipped grid cut to BC, one seed, 200 updates, 2 episodes: both cells run, the
+    report has the d3rlpy column with numbers."""
+    python = os.environ.get("ROBOTRL_D3RLPY_PYTHON", "")
+    if not python or not Path(python).exists():
+        pytest.skip("ROBOTRL_D3RLPY_PYTHON (the d3rlpy 2.8.1 venv's python) is not set or "
+                    "missing; see benchmarks/grids/offline_vs_d3rlpy.yaml")
+    grid = yaml.safe_load((GRIDS / "offline_vs_d3rlpy.yaml").read_text())
+    peer = grid["peers"]["d3rlpy"]
+    grid.update(name="tiny-vs-d3rlpy", out=str(tmp_path / "bench"), algos={"bc": []},
+                datasets=[str(pendulum)], seeds=[0], budgets=[200],
+                overrides=["algo.num_steps=100", "eval_interval=1", "checkpoint_interval=1",
+                           "eval_episodes=2", "logger.tensorboard=false"],
+                results=str(tmp_path / "results.json"), report=str(tmp_path / "report.md"))
+    peer.update(script=str(PEER), algos={"bc": "BC"})
+    peer["options"] = {"episodes": 2, "eval_every": 100, "threads": 1,
+                       "bc": peer["options"]["bc"]}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    bench_main(["run", str(path), "figures=false"])
+
+    records = {r["runner"]: r for r in json.loads((tmp_path / "results.json").read_text())
+               ["records"]}
+    assert set(records) == {"robotrl", "d3rlpy"}
+    theirs = records["d3rlpy"]
+    assert theirs["steps"] == 200 and theirs["curve"]["steps"] == [100, 200]
+    assert math.isfinite(theirs["final"]) and theirs["train_seconds"] > 0 and theirs["machine"]
+    cell = load_grid(path).run_dir(Cell("d3rlpy", "bc", str(pendulum), 0, 200))
+    result = json.loads((cell / "result.json").read_text())
+    assert result["peer"]["hyperparameters"] == {**peer_tables()["DEFAULTS"]["bc"],
+                                                 **grid["peers"]["d3rlpy"]["options"]["bc"]}
+    report = (tmp_path / "report.md").read_text()
+    header = next(line for line in report.splitlines() if line.startswith("| dataset"))
+    assert header.split("|")[2:4] == [" bc ", " bc@d3rlpy "]
+    row = next(line for line in report.splitlines() if line.startswith(f"| {pendulum}"))
+    assert all(re.match(r" -?\d+\.\d \[", c) for c in row.split("|")[2:4]), row
+    assert "- bc > bc@d3rlpy:" in report
