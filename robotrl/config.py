@@ -20,7 +20,7 @@ from robotrl.registry import (
     POLICIES,
     MLPPolicyConfig,
     algo_config_class,
-    algo_name,
+    algorithm,
     policy_config_class,
     policy_name,
 )
@@ -394,7 +394,7 @@ def _named_from_dict(value: Any, key: str, names: list[str], config_class: Any) 
 def to_dict(cfg: TrainConfig) -> dict[str, Any]:
     """Plain-data form of ``cfg`` (``algo`` carries its ``name``), round-trips via ``from_dict``."""
     out = dataclasses.asdict(cfg)
-    out["algo"] = {"name": algo_name(cfg.algo), **dataclasses.asdict(cfg.algo)}
+    out["algo"] = {"name": algorithm(cfg.algo).name, **dataclasses.asdict(cfg.algo)}
     out["policy"] = {"name": policy_name(cfg.policy), **dataclasses.asdict(cfg.policy)}
     return out
 
@@ -410,16 +410,15 @@ def validate(cfg: TrainConfig) -> None:
         raise ValueError(f"torch_threads must be >= 0 (0: all cores), got {cfg.torch_threads}")
     if cfg.max_minutes < 0:
         raise ValueError(f"max_minutes must be >= 0, got {cfg.max_minutes}")
-    from robotrl.registry import algorithm
-
-    offline = algorithm(algo_name(cfg.algo)).runner == "offline"
+    entry = algorithm(cfg.algo)
+    offline = entry.runner == "offline"
     if offline and not cfg.dataset:
-        raise ValueError(f"algo={algo_name(cfg.algo)} learns from a dataset: give "
+        raise ValueError(f"algo={entry.name} learns from a dataset: give "
                          f"dataset=<Minari id | directory | file.hdf5>")
     if cfg.dataset and not offline:
         offline_algos = [n for n in ALGORITHMS if algorithm(n).runner == "offline"]
         raise ValueError(f"dataset= is for offline algorithms ({offline_algos}); "
-                         f"algo={algo_name(cfg.algo)} collects its own data")
+                         f"algo={entry.name} collects its own data")
     if cfg.init:
         from pathlib import Path
 
@@ -436,7 +435,7 @@ def validate(cfg: TrainConfig) -> None:
             raise ValueError(
                 f"distributed=true needs the processes torchrun starts ({', '.join(missing)} "
                 "unset): torchrun --nproc-per-node N -m robotrl.cli.main train distributed=true ...")
-    if algorithm(algo_name(cfg.algo)).runner == "group" and cfg.randomization.enabled():
+    if entry.runner == "group" and cfg.randomization.enabled():
         raise ValueError("algo=grpo compares G rollouts from one state in identical worlds; "
                          "domain randomization would make them differ: use randomization=none")
     cfg.randomization.check()

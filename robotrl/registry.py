@@ -37,6 +37,17 @@ class AlgorithmEntry:
     """Its learner class, built by ``learner.build(spec, cfg, ctx)``, or ``"module:Class"``."""
     runner: str
     """The runner kind that drives it: a key of ``RUNNERS``."""
+    name: str = ""
+    """Its registry name (``algo=NAME``); filled in by registration."""
+
+    def config_class(self) -> type:
+        return resolve(self.config)
+
+    def learner_class(self) -> type:
+        return resolve(self.learner)
+
+    def runner_class(self) -> type:
+        return runner_class(self.runner)
 
 
 ALGORITHMS: dict[str, AlgorithmEntry] = {
@@ -58,7 +69,8 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
                                  ("td3bc_mcep", "mcep", "TD3BCMCEP"),
                                  ("awac_mcep", "mcep", "AWACMCEP"))},
 }
-"""Algorithm name -> entry."""
+"""Algorithm name -> entry (its ``name`` filled in below)."""
+ALGORITHMS = {n: dataclasses.replace(e, name=n) for n, e in ALGORITHMS.items()}
 
 RUNNERS: dict[str, str | type] = {
     "on_policy": "robotrl.runners.on_policy:OnPolicyRunner",
@@ -121,7 +133,8 @@ def register_algorithm(name: str, entry: AlgorithmEntry) -> None:
     if entry.runner not in RUNNERS:
         raise ValueError(f"algorithm {name!r} names runner kind {entry.runner!r}; "
                          f"registered kinds: {', '.join(RUNNERS)}")
-    ALGORITHMS[name] = entry
+    ALGORITHMS[name] = dataclasses.replace(entry, name=name)
+    _BY_CONFIG.clear()
 
 
 def register_runner(kind: str, runner: str | type) -> None:
@@ -129,21 +142,34 @@ def register_runner(kind: str, runner: str | type) -> None:
     RUNNERS[kind] = runner
 
 
-def algorithm(name: str) -> AlgorithmEntry:
-    """The entry of algorithm ``name``; an unknown name fails listing the registered ones."""
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown algo {name!r}; available: {', '.join(ALGORITHMS)}")
-    return ALGORITHMS[name]
+_BY_CONFIG: dict[type, AlgorithmEntry] = {}
+"""Config class -> entry, filled on first lookup by config."""
+
+
+def algorithm(key: Any) -> AlgorithmEntry:
+    """The entry of algorithm ``key``: its name, or an instance of its config dataclass; an
+    unknown one fails listing the registered algorithms."""
+    if isinstance(key, str):
+        if key not in ALGORITHMS:
+            raise ValueError(f"unknown algo {key!r}; available: {', '.join(ALGORITHMS)}")
+        return ALGORITHMS[key]
+    if not _BY_CONFIG:
+        _BY_CONFIG.update({e.config_class(): e for e in ALGORITHMS.values()})
+    entry = _BY_CONFIG.get(type(key))
+    if entry is None:
+        raise ValueError(f"unregistered algorithm config {type(key).__name__}; "
+                         f"registered: {', '.join(ALGORITHMS)}")
+    return entry
 
 
 def algo_config_class(name: str) -> type:
     """The config dataclass of algorithm ``name``."""
-    return resolve(algorithm(name).config)
+    return algorithm(name).config_class()
 
 
 def learner_class(name: str) -> type:
     """The learner class of algorithm ``name``."""
-    return resolve(algorithm(name).learner)
+    return algorithm(name).learner_class()
 
 
 def runner_class(kind: str) -> type:
@@ -151,12 +177,3 @@ def runner_class(kind: str) -> type:
     if kind not in RUNNERS:
         raise ValueError(f"unknown runner kind {kind!r}; available: {', '.join(RUNNERS)}")
     return resolve(RUNNERS[kind])
-
-
-def algo_name(algo_cfg: Any) -> str:
-    """Registry name of an algorithm config instance."""
-    for name in ALGORITHMS:
-        if type(algo_cfg) is algo_config_class(name):
-            return name
-    raise ValueError(f"unregistered algorithm config {type(algo_cfg).__name__}; "
-                     f"registered: {', '.join(ALGORITHMS)}")

@@ -12,7 +12,7 @@ from robotrl import distributed
 from robotrl.checkpoint import CheckpointError, load_checkpoint, restoring
 from robotrl.config import RandomizationConfig, TrainConfig, from_dict, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
-from robotrl.registry import algo_name, algorithm, learner_class, policy_name, runner_class
+from robotrl.registry import algorithm, learner_class, policy_name
 from robotrl.runners.base import Runner, RunnerSettings
 from robotrl.seeding import derive_seed
 from robotrl.types import BuildContext, Learner
@@ -26,7 +26,7 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
     Training envs use ``cfg.randomization``; evaluation envs (``train=False``) the nominal
     physics unless ``randomization`` (a preset name or config) is given.
     """
-    observations = learner_class(algo_name(cfg.algo)).observations(cfg.algo)
+    observations = algorithm(cfg.algo).learner_class().observations(cfg.algo)
     token_policy = policy_name(cfg.policy) != "mlp"
     if token_policy:
         from robotrl.vla import TokenPolicy
@@ -56,12 +56,13 @@ def build_algo(cfg: TrainConfig, spec: EnvSpec, state: dict[str, Any] | None = N
     ``cfg.num_envs`` training worlds; with ``state`` (a checkpoint's ``"algo"`` entry) it
     carries the trained weights."""
     token_policy = policy_name(cfg.policy) != "mlp"
-    cls = learner_class(algo_name(cfg.algo))
+    entry = algorithm(cfg.algo)
+    cls = entry.learner_class()
     if token_policy and not getattr(cls, "token_policies", False):
         from robotrl.registry import ALGORITHMS
 
         able = [n for n in ALGORITHMS if getattr(learner_class(n), "token_policies", False)]
-        raise ValueError(f"algo={algo_name(cfg.algo)} trains MLP networks only; "
+        raise ValueError(f"algo={entry.name} trains MLP networks only; "
                          f"policy={policy_name(cfg.policy)} is trained by {able}")
     rank = distributed.current()
     ctx = BuildContext(device=torch.device(cfg.device), num_envs=cfg.num_envs, rank=rank.rank,
@@ -93,7 +94,7 @@ def init_from(alg: Learner, cfg: TrainConfig, spec: EnvSpec) -> None:
         from robotrl.registry import ALGORITHMS
 
         able = [n for n in ALGORITHMS if hasattr(learner_class(n), "init_from_actor")]
-        raise ValueError(f"algo={algo_name(cfg.algo)} cannot start from init=; algorithms "
+        raise ValueError(f"algo={algorithm(cfg.algo).name} cannot start from init=; algorithms "
                          f"that can: {able}")
     src_cfg, ckpt = load_run(cfg.init, cfg.device)
     if src_cfg.env.task != cfg.env.task:
@@ -112,7 +113,7 @@ def build_runner(cfg: TrainConfig) -> Runner:
     Runners whose ``learns_from`` is ``"dataset"`` (offline) get the dataset ``cfg.dataset``
     names, checked against the task's observation and action sizes, instead of training worlds.
     """
-    runner_cls = runner_class(algorithm(algo_name(cfg.algo)).runner)
+    runner_cls = algorithm(cfg.algo).runner_class()
     eval_envs: list[BatchedEnv] = []
 
     def make_eval_env() -> BatchedEnv:

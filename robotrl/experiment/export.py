@@ -25,7 +25,7 @@ def export_run(checkpoint: str, fmt: str, out: str | Path, num_obs: int = 10_000
     import torch
 
     from robotrl.experiment.build import build_algo, build_env, load_run
-    from robotrl.registry import algo_name
+    from robotrl.registry import algorithm
     from robotrl.seeding import derive_seed
     from robotrl.sim2real.export import ExportError, build_metadata, export_policy
     from robotrl.sim2real.verify import record_observations, sample_observations
@@ -37,7 +37,7 @@ def export_run(checkpoint: str, fmt: str, out: str | Path, num_obs: int = 10_000
     alg = build_algo(cfg, env.spec, ckpt["algo"])
     try:
         actor = alg.export_actor()
-        metadata = build_metadata(actor, env.spec, ckpt["config"], algo_name(cfg.algo))
+        metadata = build_metadata(actor, env.spec, ckpt["config"], algorithm(cfg.algo).name)
     except (ExportError, ValueError, NotImplementedError) as err:
         raise ExportError(f"cannot export {checkpoint}: {err}") from None
     rollout_error = ""
