@@ -1,0 +1,27 @@
+"""Every committed benchmark report is what ``robotrl bench report`` computes from the committed
+results file: the tables on the page cannot drift from the numbers behind them."""
+
+from pathlib import Path
+
+import pytest
+
+from robotrl.bench.grid import load_grid
+from robotrl.cli.bench import bench_main
+
+ROOT = Path(__file__).resolve().parents[2]
+GRIDS = sorted((ROOT / "benchmarks" / "grids").glob("*.yaml"))
+
+
+def test_every_grid_loads():
+    assert GRIDS, "no benchmark grids found"
+    for path in GRIDS:
+        grid = load_grid(path)
+        assert grid.cells(), path
+
+
+@pytest.mark.parametrize("path", [g for g in GRIDS if load_grid(g).results_path.is_absolute()
+                                  or (ROOT / load_grid(g).results_path).is_file()],
+                         ids=lambda p: p.stem)
+def test_committed_report_matches_committed_results(path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # grids name their files relative to the repository
+    bench_main(["report", str(path.relative_to(ROOT)), "--check"])
