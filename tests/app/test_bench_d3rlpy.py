@@ -12,34 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 import yaml
 
 from robotrl.bench.grid import ROBOTRL, Cell, load_grid
 from robotrl.bench.harness import cell_overrides
 from robotrl.cli.bench import bench_main
-from robotrl.data import DatasetCard, save_hdf5
-from robotrl.envs import make
 from robotrl.experiment.compose import compose
 from robotrl.registry import algo_config_class
-from robotrl.runners.collect import collect
 
 ROOT = Path(__file__).resolve().parents[2]
 GRIDS = ROOT / "benchmarks" / "grids"
 PEER = ROOT / "benchmarks" / "peers" / "d3rlpy.py"
-
-
-@pytest.fixture(scope="module")
-def pendulum(tmp_path_factory) -> Path:
-    """2,000 noisy PD-controller transitions of InvertedPendulum, with reference returns (as
-    tests/app/test_bench.py's)."""
-    env = make("inverted_pendulum", 8, seed=0)
-    gains = torch.tensor([0.5, 5.0, 0.5, 0.5])
-    card = DatasetCard(task="InvertedPendulum-v5", kind="expert", policy="PD controller",
-                       ref_min_score=5.0, ref_max_score=1000.0)
-    data = collect(env, lambda o: (o["policy"] * gains).sum(-1, keepdim=True).clamp(-3, 3),
-                   2000, card, seed=0, action_noise=0.3, progress=False)
-    return save_hdf5(data, tmp_path_factory.mktemp("data") / "pend.hdf5")
 
 
 def peer_tables() -> dict[str, Any]:
