@@ -15,7 +15,6 @@ Writes ``benchmarks/figures/asymmetric_hopper.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -23,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from common import banner, machine_meta, write_json
+from rich.console import Console
 
-from robotrl.checkpoint import atomic_open
 from robotrl.config import TrainConfig, from_dict
 from robotrl.experiment.build import build_env, build_runner
 from robotrl.runners.evaluation import evaluate
@@ -77,8 +77,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help="the JSON written (default: %(default)s)")
     args = parser.parse_args()
+    console = Console()
+    console.print(banner("asymmetric critic: PPO Hopper, mass and friction x0.5-1.5",
+                         f"{len(args.seeds)} seeds x {args.steps:,} steps per arm"))
     torch.set_num_threads(1)
     checkpoints = [args.steps // 4, args.steps // 2, 3 * args.steps // 4, args.steps]
     results: dict[str, dict[str, Any]] = {arm: {} for arm in ARMS}
@@ -100,11 +104,9 @@ def main() -> None:
                       for r in results[arm].values()]
             cells.append(f"{statistics.fmean(values):7.0f} ({', '.join(f'{v:.0f}' for v in values)})")
         print(f"{mark:>10} " + " ".join(f"{c:>30}" for c in cells))
-    with atomic_open(args.out, "w") as f:
-        json.dump({"steps": args.steps, "seeds": args.seeds, "randomization": RANDOMIZATION,
-                   "critic_obs": ARMS, "results": results, "torch": torch.__version__}, f,
-                  indent=1)
-    print(f"wrote {args.out}")
+    write_json(args.out, {"meta": machine_meta(), "steps": args.steps, "seeds": args.seeds,
+                          "randomization": RANDOMIZATION, "critic_obs": ARMS,
+                          "results": results}, console)
 
 
 if __name__ == "__main__":

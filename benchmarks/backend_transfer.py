@@ -14,8 +14,8 @@ each of: the mjx backend it was trained on, the native MuJoCo backend, and Gymna
 initial states from different random streams (JAX, a torch generator, numpy per sub-env), so
 their episodes are independent samples. Prints the three returns side by side and checks that
 the native and Gymnasium returns keep >= 90% of the MJX return (issue 20's target); the kept
-shares are printed +- 2 standard errors. Runs go to ``benchmarks/results/backend_transfer/<task>``
-and resume if interrupted.
+shares are printed +- 2 standard errors. Runs go to ``<--runs>/<task>`` and resume if
+interrupted; the figures to ``--out``.
 
 ``--train-backend mujoco`` trains on the native backend instead and reports the shares of the
 native return kept on mjx and in Gymnasium: where mjx trains too slowly to learn a task (Ant on
@@ -84,8 +84,12 @@ def main() -> None:
                              "few percent of episodes: 16 cannot tell 90%% from 100%%)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overrides", nargs="*", default=[], help="more `robotrl train` keys")
-    parser.add_argument("--out", default="benchmarks/results/backend_transfer")
+    parser.add_argument("--runs", default="runs/bench/backend_transfer", help="run directories")
+    parser.add_argument("--out", help="the JSON written (default: benchmarks/figures/"
+                        "backend_transfer.json, _<train-backend>.json unless mjx)")
     args = parser.parse_args()
+    suffix = "" if args.train_backend == "mjx" else f"_{args.train_backend}"
+    args.out = args.out or f"benchmarks/figures/backend_transfer{suffix}.json"
     torch.set_num_threads(1)
     console = Console()
     train = args.train_backend
@@ -94,7 +98,7 @@ def main() -> None:
                          f"{args.minutes:g} min x {args.num_envs} worlds per task"))
     rows, checks = {}, []
     for task in args.tasks:
-        run = Path(args.out) / (task if train == "mjx" else f"{task}_{train}")
+        run = Path(args.runs) / (task if train == "mjx" else f"{task}_{train}")
         device = args.device if train == "mjx" else "cpu"
         overrides = [f"env={task}", f"backend={train}", f"device={device}",
                      f"num_envs={args.num_envs}", f"max_minutes={args.minutes}",
@@ -105,9 +109,9 @@ def main() -> None:
             checks.append(check(f"{task}: trained on {train}", None, False))
             continue
         onnx = run / "policy.onnx"
-        from robotrl.cli.export import export_main
+        from robotrl.experiment.export import export_run
 
-        export_main([f"checkpoint={run}", "format=onnx", f"out={onnx}"])
+        export_run(str(run), "onnx", onnx)
         row = {"train_seconds": wall, "train_backend": train}
         for backend in SIMULATORS:
             row[backend] = evaluate_onnx(onnx, task, backend, args.episodes, args.seed,
@@ -130,10 +134,8 @@ def main() -> None:
         table.add_row(task, *cells, *kept)
     console.print(table)
     print_checks(console, checks, lambda c: f": {c['value']:.3f}")
-    name = "transfer.json" if train == "mjx" else f"transfer_{train}.json"
-    write_json(Path(args.out) / name,
-               {"meta": {**machine_meta(), "argv": sys.argv[1:]}, "rows": rows,
-                "checks": checks}, console)
+    write_json(args.out, {"meta": {**machine_meta(), "argv": sys.argv[1:]}, "rows": rows,
+                          "checks": checks}, console)
 
 
 if __name__ == "__main__":

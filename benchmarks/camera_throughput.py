@@ -194,7 +194,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=5, help="measurements per contestant")
     p.add_argument("--seconds", type=float, default=0.3, help="least wall time per measurement")
     p.add_argument("--threads", type=int, default=0, help="Batch threads (0: all cores)")
-    p.add_argument("--json", metavar="FILE", help="write every figure to FILE")
+    p.add_argument("--out", default="benchmarks/figures/camera_throughput.json",
+                   help="the JSON of every figure (default: %(default)s)")
     args = p.parse_args(argv)
     if args.repeats < 1 or min(args.worlds) < 1 or min(args.size) < 1:
         p.error("--repeats, --worlds and --size must be >= 1")
@@ -212,13 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     results = measure(args, console)
     for size, res in results.items():
         print_table(size, res, args.worlds, args.repeats, console)
-    if args.json:
-        figures = {"meta": {**machine_meta(), "scene": scene, **vars(args)},
-                   "results": {str(size): {"gl": res["gl"], "rates": {
-                       label: {str(n): {**best_median(r), "all": r,
-                                        "spread": statistics.pstdev(r)} for n, r in by_n.items()}
-                       for label, by_n in res["rates"].items()}} for size, res in results.items()}}
-        write_json(args.json, figures, console)
+    figures = {"meta": {**machine_meta(), "scene": scene, **vars(args)},
+               "results": {str(size): {"gl": res["gl"], "rates": {
+                   label: {str(n): {**best_median(r), "all": r,
+                                    "spread": statistics.pstdev(r)} for n, r in by_n.items()}
+                   for label, by_n in res["rates"].items()}} for size, res in results.items()}}
+    write_json(args.out, figures, console)
     return 0
 
 

@@ -282,10 +282,10 @@ def compose_ours(task: str, minutes: float, run_dir: Path, args: argparse.Namesp
 def ours_wallclock(task: str, minutes: float, name: str, extra: list[str],
                    args: argparse.Namespace, console: Console) -> dict[str, Any]:
     """Ours from the Hydra configs for ``minutes`` of training, evaluated every
-    ``args.eval_every`` seconds on the training clock (``TimedEvals``) into ``args.out/name``."""
+    ``args.eval_every`` seconds on the training clock (``TimedEvals``) into ``args.runs/name``."""
     from torch.utils.tensorboard import SummaryWriter
 
-    run_dir = fresh_dir(Path(args.out) / name, console)
+    run_dir = fresh_dir(Path(args.runs) / name, console)
     cfg = compose_ours(task, minutes, run_dir, args, extra)
     runner = ours_runner(cfg)  # TimedEvals evaluates, on the training clock
     save_config(cfg)

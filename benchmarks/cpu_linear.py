@@ -177,7 +177,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--skip-updates", action="store_true", help="the product table only")
-    p.add_argument("--out", default="benchmarks/results/cpu_linear.json")
+    p.add_argument("--out", default="benchmarks/figures/cpu_linear.json",
+                   help="the JSON written (default: %(default)s)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if not lin._onednn_works():

@@ -23,8 +23,8 @@ train algo=crl env=<--task>`` with critic and actor at that depth (``--learn-wid
 iterations (deterministic, ``--eval-episodes`` episodes). Reported: success at equal environment
 steps (the paper's axis: the last evaluation, at ``--steps``) and at equal wall clock (the
 user's axis: each run's last evaluation within the training time of the fastest depth's runs),
-mean over seeds; figure ``<out-dir>/crl_depth_learning.png``: success against steps and against
-training seconds, one line per depth. Runs resume when the benchmark is interrupted.
+mean over seeds; figure ``--out`` with ``.png``: success against steps and against training
+seconds, one line per depth. Runs (in ``--runs``) resume when the benchmark is interrupted.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--jaxgcrl-python", default="",
                    help="python of a JaxGCRL venv (see crl_jaxgcrl.py): time its CRL update at "
                         "the same depths, width and batch in this run (needs --threads 1)")
-    p.add_argument("--out", default="benchmarks/results/crl_depth.json")
+    p.add_argument("--out", help="the JSON written (default: benchmarks/figures/crl/"
+                   "crl_depth.json, with --learning crl_depth_learning.json)")
     learn = p.add_argument_group("--learning: success against depth")
     learn.add_argument("--learning", action="store_true", help="measure success per depth")
     learn.add_argument("--task", default="reacher_goal")
@@ -74,8 +75,11 @@ def parse() -> argparse.Namespace:
     learn.add_argument("--parallel", type=int, default=2, help="runs at a time (1 thread each)")
     learn.add_argument("--eval-every", type=int, default=16, help="iterations between evals")
     learn.add_argument("--eval-episodes", type=int, default=64)
-    learn.add_argument("--out-dir", default="benchmarks/results/crl_depth_learning")
-    return p.parse_args()
+    learn.add_argument("--runs", default="runs/bench/crl_depth_learning", help="run directories")
+    args = p.parse_args()
+    name = "crl_depth_learning" if args.learning else "crl_depth"
+    args.out = args.out or f"benchmarks/figures/crl/{name}.json"
+    return args
 
 
 def measure(depth: int, args: argparse.Namespace) -> dict[str, float]:
@@ -107,7 +111,7 @@ def measure(depth: int, args: argparse.Namespace) -> dict[str, float]:
 
 def learn_one(args: argparse.Namespace, depth: int, seed: int) -> dict[str, Any]:
     """One CRL run at ``depth``; its evaluations (step, training seconds, success)."""
-    run = Path(args.out_dir) / f"d{depth}_s{seed}"
+    run = Path(args.runs) / f"d{depth}_s{seed}"
     _, failed = train_subprocess(
         ["algo=crl", f"env={args.task}", f"seed={seed}", f"total_steps={args.steps}",
          f"algo.critic_depth={depth}", f"algo.actor_depth={depth}",
@@ -155,11 +159,10 @@ def learning(args: argparse.Namespace) -> None:
                       f"{statistics.mean(r['success_equal_time']):.2f}",
                       f"{statistics.mean(r['seconds']):.0f}")
     console.print(table)
-    out = Path(args.out_dir)
-    learning_figure(runs, args.depths, budget, out / "crl_depth_learning.png")
-    write_json(out / "crl_depth_learning.json",
-               {"machine": machine_meta(), "args": vars(args), "wall_clock_budget_s": budget,
-                "rows": rows, "runs": runs}, console)
+    out = Path(args.out)
+    learning_figure(runs, args.depths, budget, out.with_suffix(".png"))
+    write_json(out, {"meta": machine_meta(), "args": vars(args), "wall_clock_budget_s": budget,
+                     "rows": rows, "runs": runs}, console)
 
 
 def learning_figure(runs: list[dict[str, Any]], depths: list[int], budget: float,
@@ -223,7 +226,7 @@ def main() -> None:
             cells += [f"{theirs['updates_per_s']:.1f}", f"{r['ratio_vs_jaxgcrl']:.2f}x"]
         table.add_row(*cells)
     console.print(table)
-    write_json(args.out, {"machine": machine_meta(), "args": vars(args), "rows": rows,
+    write_json(args.out, {"meta": machine_meta(), "args": vars(args), "rows": rows,
                           "jaxgcrl": peer}, console)
 
 

@@ -2,7 +2,7 @@
 
     python benchmarks/env_throughput.py                   # 3 tasks x 64/256/1024 worlds
     python benchmarks/env_throughput.py --quick           # smoke test: halfcheetah, 64 worlds
-    python benchmarks/env_throughput.py --tasks ant --worlds 256 --seconds 1 --json out.json
+    python benchmarks/env_throughput.py --tasks ant --worlds 256 --seconds 1 --out out.json
 
 Every contestant steps the same pre-generated uniform actions in [-1, 1]; each is timed
 ``--repeats`` times, the contestants of a task interleaved so that a burst of load from other
@@ -246,7 +246,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, help="measurements per contestant (default: 5)")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: halfcheetah, 64 worlds, 0.3 s x 2, no RSS check")
-    p.add_argument("--json", metavar="FILE", help="write every figure to FILE")
+    p.add_argument("--out", default="benchmarks/figures/env_throughput.json",
+                   help="the JSON of every figure (default: %(default)s)")
     p.add_argument("--sync-envs", type=int, default=16, help="sub-envs of the in-process peers")
     p.add_argument("--async-envs", type=int, default=CORES,
                    help=f"sub-envs of the subprocess peers (default: cores = {CORES})")
@@ -289,8 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     verdicts = checks(results, rss)
     print_checks(console, verdicts, lambda c: f" ({c['value'] / GIB:.3f} GiB)"
                  if "RSS" in c["name"] else f" ({c['value']:.2f}x)")
-    if args.json:
-        write_json(args.json, figures(args, results, rss, verdicts), console)
+    write_json(args.out, figures(args, results, rss, verdicts), console)
     return 0
 
 

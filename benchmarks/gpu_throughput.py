@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_throughput.py                          # on a GPU: the full grid
     python benchmarks/gpu_throughput.py --quick --device cpu     # smoke test
-    python benchmarks/gpu_throughput.py --json out.json --profile
+    python benchmarks/gpu_throughput.py --out out.json --profile
 
 * env: ``robotrl.envs.make(task, n, backend, device).step`` with pre-generated uniform actions on
   the device (auto-reset, observations, reward terms included), timed between
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import platform
 import statistics
@@ -28,6 +27,8 @@ import time
 from typing import Any
 
 import torch
+from common import banner, machine_meta, write_json
+from rich.console import Console
 
 POOL = 16
 """Pre-generated action batches cycled through."""
@@ -197,7 +198,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--profile-steps", type=int, default=10)
     p.add_argument("--quick", action="store_true", help="cpu-sized: 64 worlds, few steps")
-    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--out", default="benchmarks/figures/gpu_throughput.json",
+                   help="the JSON written, after every measurement (default: %(default)s)")
     p.add_argument("--cache-dir", help="JAX persistent compilation cache (envs of equal shapes, "
                    "e.g. the PPO env and the env benchmark's, then compile once)")
     args = p.parse_args(argv)
@@ -222,18 +224,18 @@ def main(argv: list[str] | None = None) -> int:
         jax.config.update("jax_compilation_cache_dir", args.cache_dir)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
-    meta = {"device": device_name(device), "torch": torch.__version__, "jax": jax.__version__,
-            "jax_devices": [str(d) for d in jax.devices()], "python": platform.python_version(),
+    meta = {**machine_meta(), "device": device_name(device), "jax": jax.__version__,
+            "jax_devices": [str(d) for d in jax.devices()],
             "mjx_iterations": args.iterations or "default",
             "mjx_ls_iterations": args.ls_iterations or "default"}
-    print(f"robotrl GPU throughput | {meta['device']} | torch {meta['torch']}, jax "
-          f"{meta['jax']} | solver iterations: {meta['mjx_iterations']}", flush=True)
+    console = Console()
+    console.print(banner("robotrl GPU throughput", meta["device"], f"jax {meta['jax']}",
+                         f"solver iterations: {meta['mjx_iterations']}"))
     results: dict[str, Any] = {"meta": meta, "env": [], "ppo": [], "profile": []}
+    quiet = Console(quiet=True)
 
-    def dump() -> None:
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(results, f, indent=2)
+    def dump() -> None:  # after every measurement: a run cut short keeps what it measured
+        write_json(args.out, results, quiet)
 
     for backend in args.backends:
         presets = args.randomization
@@ -277,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"prof ppo collect ({args.ppo_steps} steps): "
                       f"{r['collect_d2h_events'] or 'none'}", flush=True)
             dump()
+    write_json(args.out, results, console)
     return 0
 
 

@@ -14,7 +14,7 @@ wall clock (the last evaluation of each run within the faster algorithm's median
 Part 2 (reacher): PPO trained for ``--pretrain-steps``, then ``algo=grpo algo.outcome=success
 init=<its checkpoint>`` for ``--finetune-steps``: test-state success before vs after.
 
-Writes ``<out>/grpo_vs_ppo.json`` and figures (learning curves by steps and by seconds, the
+Writes ``--out`` and, in its folder, figures (learning curves by steps and by seconds, the
 fine-tuning bars).
 """
 
@@ -151,13 +151,14 @@ def main() -> None:
     parser.add_argument("--pretrain-steps", type=int, default=500_000)
     parser.add_argument("--finetune-steps", type=int, default=1_000_000)
     parser.add_argument("--finetune-log-std", type=float, default=-1.5)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/figures/grpo"))
+    parser.add_argument("--out", type=Path, help="the JSON written; the figures go beside it",
+                        default=Path("benchmarks/figures/grpo/grpo_vs_ppo.json"))
     parser.add_argument("--runs", type=Path, default=Path("runs/bench_grpo"))
     args = parser.parse_args()
     console.print(banner("GRPO vs PPO", f"{args.seeds} seeds, tasks {args.tasks}"))
     fresh_dir(args.runs, console)
     start = time.perf_counter()
-    results: dict[str, Any] = {"machine": machine_meta(), "settings": vars(args) | {
+    results: dict[str, Any] = {"meta": machine_meta(), "settings": vars(args) | {
         "out": str(args.out), "runs": str(args.runs)}, "tasks": {}, "summary": {}}
     for task in args.tasks:
         steps = int(args.steps[task])
@@ -197,8 +198,8 @@ def main() -> None:
         }
         console.print({k: v for k, v in results["finetune"].items() if k != "runs"})
     results["seconds"] = time.perf_counter() - start
-    results["figures"] = figures(results, args.out)
-    write_json(args.out / "grpo_vs_ppo.json", results, console)
+    results["figures"] = figures(results, args.out.parent)
+    write_json(args.out, results, console)
 
 
 if __name__ == "__main__":

@@ -139,7 +139,8 @@ def main() -> None:
     parser.add_argument("--mjx-rk4", action="store_true",
                         help="MJX's own textbook RK4 instead of C's scheme (before the fix)")
     parser.add_argument("--bisect", action="store_true", help="the float64 bisection instead")
-    parser.add_argument("--json", default="benchmarks/results/mjx_fidelity.json")
+    parser.add_argument("--out", default="benchmarks/figures/mjx_fidelity.json",
+                        help="the JSON written (default: %(default)s)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     console = Console()
@@ -185,10 +186,10 @@ def main() -> None:
                           f"{o['max']:.1e}", f"{f['max']:.1e}")
     console.print(table)
     print_checks(console, checks, lambda c: f": {c['value']:.1e}")
-    write_json(args.json, {"meta": {**machine_meta(), "jax": jax.__version__, "mode": mode,
-                                    "steps": args.steps, "worlds": args.worlds,
-                                    "seed": args.seed, "argv": sys.argv[1:]},
-                           "rows": rows, "checks": checks}, console)
+    write_json(args.out, {"meta": {**machine_meta(), "jax": jax.__version__, "mode": mode,
+                                   "steps": args.steps, "worlds": args.worlds,
+                                   "seed": args.seed, "argv": sys.argv[1:]},
+                          "rows": rows, "checks": checks}, console)
 
 
 if __name__ == "__main__":

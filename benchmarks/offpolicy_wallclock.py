@@ -69,7 +69,7 @@ def sb3_wallclock(name: str, args: argparse.Namespace, console: Console) -> dict
     from stable_baselines3.common.callbacks import BaseCallback
     from torch.utils.tensorboard import SummaryWriter
 
-    run_dir = fresh_dir(Path(args.out) / f"{name}_{args.task}_{args.minutes:g}min", console)
+    run_dir = fresh_dir(Path(args.runs) / f"{name}_{args.task}_{args.minutes:g}min", console)
     model = _sb3_model(name, args.task, args.seed)
     evaluate = sb3_eval(args.task, args.eval_episodes, args.seed)
     evals = TimedEvals(lambda: evaluate(sb3_policy(model, None)),
@@ -144,11 +144,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=float, default=60.0,
                    help="seconds of training between evaluations")
     p.add_argument("--torch-threads", type=int, default=2)
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
-    p.add_argument("--json", metavar="FILE", help="write every figure to FILE")
+    p.add_argument("--runs", default="runs/bench/offpolicy_wallclock", help="run directories")
+    p.add_argument("--out", help="the JSON of every figure (default: benchmarks/figures/"
+                   "offpolicy_<task>_<minutes>min.json)")
     p.add_argument("--plot", metavar="PNG", help="draw the curves (minutes and steps) to PNG")
-    p.add_argument("--replot", metavar="JSON", help="only draw --plot from an earlier --json")
-    return p.parse_args(argv)
+    p.add_argument("--replot", metavar="JSON", help="only draw --plot from an earlier --out")
+    args = p.parse_args(argv)
+    args.out = args.out or f"benchmarks/figures/offpolicy_{args.task}_{args.minutes:g}min.json"
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,9 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                 checks.append(check(f"{name} >= {peer} within {args.minutes:g} min",
                                     round(gap, 1), gap >= 0))
     print_checks(console, checks, lambda c: f" ({c['value']})")
-    if args.json:
-        write_json(args.json, {"meta": machine_meta(sb3=True), "args": vars(args), "runs": runs,
-                               "checks": checks}, console)
+    write_json(args.out, {"meta": machine_meta(sb3=True), "args": vars(args), "runs": runs,
+                          "checks": checks}, console)
     if args.plot:
         figure(runs, args.task, args.plot)
         console.print(f"figure written to {args.plot}")

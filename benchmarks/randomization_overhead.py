@@ -1,7 +1,7 @@
 """Env-steps/s of the native backend with and without domain randomization.
 
     python benchmarks/randomization_overhead.py                  # hopper, halfcheetah; 256 worlds
-    python benchmarks/randomization_overhead.py --steps 100 --repeats 3 --json out.json
+    python benchmarks/randomization_overhead.py --steps 100 --repeats 3 --out out.json
 
 Each task is stepped with the same pre-generated uniform actions, nominal (``randomization``
 none) and with the ``locomotion`` preset (every world redraws masses, inertias, friction,
@@ -16,11 +16,11 @@ throughput and their ratio. Target: randomization costs <= 15% of the throughput
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
+from common import banner, machine_meta, write_json
 from rich.console import Console
 from rich.table import Table
 
@@ -65,10 +65,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--episode-steps", type=int, default=100)
     parser.add_argument("--threads", type=int, default=0, help="simulation threads (0: all)")
-    parser.add_argument("--json", default="", help="write the results to this file")
+    parser.add_argument("--out", default="benchmarks/figures/randomization_overhead.json",
+                        help="the JSON written (default: %(default)s)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     console = Console()
+    console.print(banner("randomization overhead", f"{args.worlds} worlds",
+                         f"{args.episode_steps}-step episodes"))
     table = Table(title=f"randomization overhead, {args.worlds} worlds, min/median of "
                         f"{args.repeats} x {args.steps} steps")
     for col in ("task", "none steps/s", "locomotion steps/s", "cost (best)", "cost (median)",
@@ -85,12 +88,9 @@ def main() -> None:
                       f"{cost_best:.1%}", f"{cost_median:.1%}",
                       "PASS" if cost_best <= TARGET else "FAIL")
     console.print(table)
-    if args.json:
-        from robotrl.checkpoint import atomic_open
-
-        with atomic_open(args.json, "w") as f:
-            json.dump({"worlds": args.worlds, "steps": args.steps, "repeats": args.repeats,
-                       "episode_steps": args.episode_steps, "results": results}, f, indent=2)
+    write_json(args.out, {"meta": machine_meta(), "worlds": args.worlds, "steps": args.steps,
+                          "repeats": args.repeats, "episode_steps": args.episode_steps,
+                          "results": results}, console)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ networks (256x256 actor and twin critics, batch 256), both learning from a repla
 ``WARMUP`` random transitions; interleaved rounds, best and median, one process.
 
     python benchmarks/sac_bench.py                                 # HalfCheetah, 3 x 300 updates
-    python benchmarks/sac_bench.py --torch-threads 2 --json out.json
+    python benchmarks/sac_bench.py --torch-threads 2 --out out.json
 
 Learning against SB3 at equal env steps is a grid now (``benchmarks/grids/sac_vs_sb3.yaml``,
 ``robotrl bench run``), against the wall clock ``offpolicy_wallclock.py``.
@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sac-updates", type=int, default=300, help="updates per timed round")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds")
     p.add_argument("--torch-threads", type=int, default=1, help="torch threads of both")
-    p.add_argument("--json", metavar="FILE", help="write every figure to FILE")
+    p.add_argument("--out", default="benchmarks/figures/sac_updates.json",
+                   help="the JSON of every figure (default: %(default)s)")
     args = p.parse_args(argv)
     console = Console()
     console.print(banner("robotrl SAC vs SB3: gradient updates/s", args.task, sb3=True))
@@ -102,9 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     checks = [check(f"sac: ours/SB3 gradient updates/s >= {TARGET:g}x (best rounds)",
                     result["ratio_best"], result["ratio_best"] >= TARGET)]
     print_checks(console, checks, lambda c: f" ({c['value']:.2f}x)")
-    if args.json:
-        meta = {**machine_meta(sb3=True), "load_before": load, "args": vars(args)}
-        write_json(args.json, {"meta": meta, "updates": result, "checks": checks}, console)
+    meta = {**machine_meta(sb3=True), "load_before": load, "args": vars(args)}
+    write_json(args.out, {"meta": meta, "updates": result, "checks": checks}, console)
     return 0
 
 

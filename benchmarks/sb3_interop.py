@@ -42,7 +42,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-episodes", type=int, default=5)
     p.add_argument("--torch-threads", type=int, default=1)
-    p.add_argument("--out", default="benchmarks/results/sb3_interop.json")
+    p.add_argument("--out", default="benchmarks/figures/sb3_interop.json",
+                   help="the JSON written (default: %(default)s)")
     return p.parse_args()
 
 
@@ -96,7 +97,7 @@ def main() -> None:
                           f"{r['final']['return_mean']:.1f} ± {r['final']['return_std']:.1f}",
                           train)
         console.print(table)
-    write_json(args.out, {"machine": machine_meta(sb3=True), "args": vars(args),
+    write_json(args.out, {"meta": machine_meta(sb3=True), "args": vars(args),
                           "results": results}, console)
 
 

@@ -17,13 +17,15 @@ ratio. Prints a table and writes ``--out`` JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import banner, machine_meta, write_json
+from rich.console import Console
 
 from robotrl.checkpoint import load_checkpoint
 
@@ -104,9 +106,13 @@ def main() -> None:
     p.add_argument("--num-envs", type=int, default=32, help="worlds per process")
     p.add_argument("--device", default="cpu")
     p.add_argument("--sweep-seeds", type=int, default=4, help="0 skips the sweep")
-    p.add_argument("--out", default="benchmarks/results/scaling.json")
+    p.add_argument("--out", default="benchmarks/figures/scaling.json",
+                   help="the JSON written (default: %(default)s)")
     a = p.parse_args()
-    result: dict = {"cores": CORES, "scaling": []}
+    console = Console()
+    console.print(banner("scaling: 1 vs N processes, seed sweep", f"{a.procs} processes",
+                         f"{a.num_envs} worlds each", f"device {a.device}"))
+    result: dict = {"meta": machine_meta(), "cores": CORES, "scaling": []}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for algo in a.algos.split(","):
@@ -123,9 +129,7 @@ def main() -> None:
             s = result["sweep"]
             print(f"{s['seeds']}-seed sweep: sequential {s['wall_s']['sequential']:.0f} s, "
                   f"joblib {s['wall_s']['joblib']:.0f} s: {s['speedup']:.2f}x", flush=True)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {a.out}")
+    write_json(a.out, result, console)
 
 
 if __name__ == "__main__":

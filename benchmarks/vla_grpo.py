@@ -24,8 +24,8 @@ throughput of the small VLA (sampled decisions with the simulator and ray camera
 at 64/128/256 worlds), measured after training with nothing else running. Seeds train two at
 a time (``--parallel``) with one torch thread each.
 
-Writes ``<out>/vla_grpo.json`` and ``<out>/vla_grpo.png``. An interrupted benchmark resumes its
-runs (``common.train_subprocess``).
+Writes ``--out`` and the figure beside it (``.png``); the demonstrations and runs go to
+``--runs``, and an interrupted benchmark resumes them (``common.train_subprocess``).
 """
 
 from __future__ import annotations
@@ -75,9 +75,11 @@ def parse() -> argparse.Namespace:
                    help="policy= overrides shared by BC and GRPO")
     p.add_argument("--grpo", nargs="*", default=["algo.learning_rate=3e-4", "algo.num_epochs=2"],
                    help="GRPO overrides")
-    p.add_argument("--out", default="benchmarks/results/vla_grpo")
+    p.add_argument("--runs", default="runs/bench/vla_grpo", help="demonstrations and runs")
+    p.add_argument("--out", default="benchmarks/figures/vla/vla_grpo.json",
+                   help="the JSON written; the figure goes beside it (default: %(default)s)")
     p.add_argument("--plot-only", action="store_true",
-                   help="summarize and redraw <out>/vla_grpo.{json,png} from the JSON's runs")
+                   help="summarize and redraw --out and its figure from the JSON's runs")
     return p.parse_args()
 
 
@@ -237,31 +239,31 @@ def figure(runs: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> N
 
 def main() -> None:
     args = parse()
-    out = Path(args.out)
+    out, runs_dir = Path(args.out), Path(args.runs)
     if args.plot_only:
-        report = json.loads((out / "vla_grpo.json").read_text())
+        report = json.loads(out.read_text())
         report["summary"] = summarize(report["runs"])
         print_summary(report["summary"])
-        figure(report["runs"], report["summary"], out / "vla_grpo.png")
-        write_json(out / "vla_grpo.json", report, console)
+        figure(report["runs"], report["summary"], out.with_suffix(".png"))
+        write_json(out, report, console)
         return
-    out.mkdir(parents=True, exist_ok=True)
+    runs_dir.mkdir(parents=True, exist_ok=True)
     console.print(banner("VLA: BC then GRPO on tabletop",
                          f"templates {args.templates} (demos "
                          f"{args.demo_templates or args.templates}), image {args.image_size}px, "
                          f"{args.seeds} seeds, BC {args.bc_updates} updates, GRPO "
                          f"{args.grpo_steps:,} decisions"))
-    demos = collect(args, out)
+    demos = collect(args, runs_dir)
     with ThreadPoolExecutor(args.parallel) as pool:
-        runs = list(pool.map(lambda s: run_seed(args, s, demos, out), range(args.seeds)))
+        runs = list(pool.map(lambda s: run_seed(args, s, demos, runs_dir), range(args.seeds)))
     summary = summarize(runs)
     print_summary(summary)
     console.print("rollout throughput of the small VLA (sampling + simulator + camera):")
     rates = throughput(runs[0])
-    figure(runs, summary, out / "vla_grpo.png")
-    write_json(out / "vla_grpo.json", {"machine": machine_meta(), "args": vars(args),
-                                       "runs": runs, "summary": summary,
-                                       "decisions_per_s": rates}, console)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure(runs, summary, out.with_suffix(".png"))
+    write_json(out, {"meta": machine_meta(), "args": vars(args), "runs": runs,
+                     "summary": summary, "decisions_per_s": rates}, console)
 
 
 if __name__ == "__main__":
