@@ -51,7 +51,7 @@ class FastTD3Config(OffPolicyConfig):
     CPU cores the number of gradient steps per second bounds learning, so the batch is small
     and the updates per transition higher: batch 512 at 1/8 reached 4453 on HalfCheetah in 3
     minutes, batch 4096 at 1/64 stayed near 0, batch 1024 at 1/16 3164, 256 at 1/4 4011
-    (benchmarks/README.md, "FastTD3"). On a GPU, go back towards the reference sizes.
+    (benchmarks/README.md at commit 757c2c7, "FastTD3"). On a GPU, go back towards the reference sizes.
     """
 
     num_steps: int = 4

@@ -52,7 +52,7 @@ class FlatParameters:
     On CPU with small networks the per-tensor work of an optimizer step and of gradient clipping
     is Python bookkeeping, not arithmetic: for PPO's 13 tensors (24.7k numbers) fused Adam takes
     61 µs and ``clip_grad_norm_`` 53 µs, on one flat tensor 27 µs and 6 µs
-    (benchmarks/README.md, "PPO against RSL-RL"). The modules keep their parameters (so
+    (benchmarks/README.md at commit 757c2c7, "PPO against RSL-RL"). The modules keep their parameters (so
     ``state_dict``, export and ``load_state_dict``, which copies in place, are unchanged);
     ``gather_grads`` writes their gradients into ``flat.grad`` after each backward, and the
     optimizer holds ``flat`` only. Build it after the module has its final device and dtype:
@@ -190,7 +190,7 @@ def adam(params: Iterable[torch.Tensor], lr: float, betas: tuple[float, float] =
     """Adam with the fused kernel (one kernel for the whole step; CPU support since torch 2.4),
     foreach where fused is not available. On PPO's networks (HalfCheetah, 2 cores) the fused
     step is ~10x cheaper than foreach's, which spends its time grouping tensors and reading
-    step counts on the host (benchmarks/README.md, "PPO against RSL-RL").
+    step counts on the host (benchmarks/README.md at commit 757c2c7, "PPO against RSL-RL").
     ``weight_decay`` > 0 gives AdamW (decoupled decay, Loshchilov & Hutter 2019)."""
     params = list(params)
     kind = torch.optim.AdamW if weight_decay > 0 else torch.optim.Adam

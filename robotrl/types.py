@@ -17,7 +17,7 @@ An observation is a mapping of named groups, each ``[N, ...]``, declared with sh
 ``spec.observations``: ``policy`` always (what a deployed controller sees); ``privileged``
 (state a controller cannot measure: true base velocity, randomized physics), ``goal``,
 ``image``, ``tokens`` where a backend and task provide them. Plain ``dict[str, Tensor]``: a
-``TensorDict`` was measured slower per step (benchmarks/README.md, "Observation container").
+``TensorDict`` was measured slower per step (benchmarks/README.md at commit 757c2c7, "Observation container").
 
 Finished worlds reset automatically inside ``step``; for them ``out.obs`` is the first
 observation of the next episode and ``info["final_obs"]`` the last one of the finished episode
