@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -69,6 +71,19 @@ def test_critic_sees_privileged_the_actor_does_not(learner: type) -> None:
                                          r"\['policy'\]"):
         learner.build(E.make("hopper", 1, num_threads=1).spec, cfg,
                       BuildContext(torch.device("cpu"), 1))
+
+
+@pytest.mark.parametrize(("algo", "iterations"), [("ppo", 15), ("sac", None)])
+def test_privileged_critic_learns_point_env(point_learner: Callable[..., Any], algo: str,
+                                            iterations: int | None) -> None:
+    """A critic that also reads conftest's PointEnv ``privileged`` group (the fraction of the
+    episode left) trains an actor that reads the position only (~1-2 s). Measured with seed
+    0: PPO (15 updates) 18.2, SAC 18.3, against 4.9 and 2.4 untrained."""
+    run = point_learner(algo, iterations=iterations, privileged=True,
+                        critic_obs=["policy", "privileged"])
+    assert run.alg.export_actor().obs_dim == 2
+    assert run.before < 8.0
+    assert run.after > 16.0, f"{algo}: return {run.after:.2f} (before: {run.before:.2f})"
 
 
 def test_train_and_export_with_privileged_critic(tmp_path: Path) -> None:

@@ -1,12 +1,13 @@
 """FastTD3: the categorical projection and the distributional losses against hand-worked
 numbers, per-world exploration noise, export with the normalizer folded in, asymmetric
-critics, bad config, and learning on InvertedPendulum."""
+critics, bad config, and learning on conftest's PointEnv (and on InvertedPendulum, slow)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -162,6 +163,15 @@ def test_bad_config_names_field() -> None:
         FastTD3Config(num_atoms=1)
     with pytest.raises(ValueError, match="weight_decay must be >= 0"):
         FastTD3Config(weight_decay=-1.0)
+
+
+def test_learns_point_env(point_learner: Callable[..., Any]) -> None:
+    """The fast learning check (~1 s): conftest's PointEnv, 16 worlds, 104 steps each (256 of
+    them random warm-up). Measured with seed 0: 18.1 against 4.9 for the untrained policy
+    (with 0 updates the check fails)."""
+    run = point_learner("fasttd3")
+    assert run.before < 8.0
+    assert run.after > 16.0, f"return {run.after:.2f} (before: {run.before:.2f})"
 
 
 @pytest.mark.slow  # a learning run: it must reach a threshold

@@ -1,11 +1,13 @@
 """SAC: squashed log-probability, pure losses with hand-worked numbers, fused critics,
-learning on InvertedPendulum (SAC and CrossQ), exact resume, bad config."""
+learning on conftest's PointEnv and on InvertedPendulum (slow) for SAC and CrossQ, exact resume,
+bad config."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -194,6 +196,16 @@ def test_bad_config_names_field() -> None:
         SACConfig(activation="swish")
     with pytest.raises(ValueError, match="finite action bounds"):
         SAC(3, torch.full((2,), -math.inf), torch.ones(2), 1)
+
+
+@pytest.mark.parametrize("algo", ["sac", "crossq"])
+def test_learns_point_env(point_learner: Callable[..., Any], algo: str) -> None:
+    """The fast learning check (~1-2 s): conftest's PointEnv, 16 worlds, 104 steps each (256
+    of them random warm-up). Measured with seed 0: SAC 18.4, CrossQ 17.4 against 2.4 for the
+    untrained policy (with 0 updates the check fails); driving to the origin scores ~19."""
+    run = point_learner(algo)
+    assert run.before < 8.0
+    assert run.after > 16.0, f"{algo}: return {run.after:.2f} (before: {run.before:.2f})"
 
 
 @pytest.mark.slow  # a learning run: it must reach a threshold

@@ -1,11 +1,13 @@
-"""TRPO: conjugate gradient, Fisher-vector products, the trust region on a real env, learning,
-resume through the runner, NaN guard and config validation."""
+"""TRPO: conjugate gradient, Fisher-vector products, the trust region on a real env, learning
+(conftest's PointEnv; InvertedPendulum in the slow run), resume through the runner, NaN guard
+and config validation."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -249,6 +251,16 @@ def test_solved_task_drives_log_std_down_until_the_floor(min_action_std: float) 
         assert stds[-1] < 0.04 and falling, stds
     else:
         assert stds[-1] == pytest.approx(0.1, rel=1e-4) and min(stds) >= 0.1 * (1 - 1e-4), stds
+
+
+def test_trpo_learns_point_env(point_learner: Callable[..., Any]) -> None:
+    """The fast learning check: TRPO with the default KL bound (0.01 per action dimension)
+    drives conftest's PointEnv to the origin in 10 updates (~0.4 s): 18.6 with seed 0, 4.8 for
+    the untrained policy (with 0 updates the check fails)."""
+    run = point_learner("trpo")
+    assert run.before < 8.0
+    assert run.after > 16.5, f"return {run.after:.2f} after 10 updates (before: {run.before:.2f})"
+    assert all(m["train/kl"] <= run.alg.max_kl * (1 + 1e-5) for m in run.history)
 
 
 @pytest.mark.slow  # the default run, 2M steps: ~4 min on 2 cores

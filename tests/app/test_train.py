@@ -208,6 +208,8 @@ def _multirun(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # Hydra's joblib launcher plugin, 3 processes (~6 s); the default run keeps
+# multirun with Hydra's basic launcher (above)
 def test_joblib_multirun_runs_jobs_in_parallel_processes_and_tables_them(tmp_path: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher", reason="needs the launchers extra")
     proc = _multirun(tmp_path, "hydra/launcher=local", "seed=0,1", f"run_dir={tmp_path}/s${{seed}}")
@@ -222,6 +224,7 @@ def test_joblib_multirun_runs_jobs_in_parallel_processes_and_tables_them(tmp_pat
     assert "| job | swept |" in (tmp_path / "sweep" / "results.md").read_text()
 
 
+@pytest.mark.slow  # Hydra's Optuna sweeper plugin (~6 s); the default run keeps multirun (above)
 def test_optuna_sweep_of_two_trials(tmp_path: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="needs the tune extra")
     proc = _multirun(tmp_path, "hydra/sweeper=optuna_ppo", "hydra.sweeper.n_trials=2",

@@ -181,6 +181,8 @@ def test_sb3_ppo_learns_inverted_pendulum_through_the_adapter() -> None:
     assert mean >= 900, mean
 
 
+@pytest.mark.slow  # two example-script processes (~8-10 s); the adapter it drives is checked in
+# the default run against Gymnasium's own vector envs (the tests above)
 def test_cleanrl_style_loop_runs_on_both_simulators(tmp_path) -> None:  # noqa: ANN001
     """examples/ppo_gymnasium_vector.py: the same single-file PPO loop over Gymnasium's
     vector env and over as_gymnasium_vector, only the env construction line differs."""

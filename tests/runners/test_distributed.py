@@ -56,7 +56,7 @@ ALGOS = {  # (overrides, total_steps, global_step at the end)
     "ppo": (("env=inverted_pendulum", "num_envs=8", "algo.num_steps=32"), 2048, 2048),
     "sac": (("algo=sac", "env=inverted_pendulum", "num_envs=4", "algo.num_steps=8",
              "algo.learning_starts=128", "algo.batch_size=64", "algo.actor_hidden=[32]",
-             "algo.critic_hidden=[32]"), 1024, 1024),
+             "algo.critic_hidden=[32]"), 512, 512),  # 128 updates per rank after warm-up
     # 2 ranks x 8 worlds x 50-step reacher episodes: 800 steps a round, 2 rounds
     "grpo": (("algo=grpo", "env=reacher", "num_envs=8", "algo.group_size=4",
               "algo.train_states=16", "algo.test_states=8", "algo.actor_hidden=[32,32]",
@@ -85,6 +85,8 @@ def test_ranks_keep_identical_learners_on_different_worlds(tmp_path: Path, algo:
     assert not list(tmp_path.glob("checkpoints/best.rank*"))  # the others did not
 
 
+@pytest.mark.slow  # three torchrun launches (18-25 s on 2 cores, mostly start-up); the default
+# run keeps exact resume in one process (tests/app/test_train.py) and the two-rank runs above
 def test_two_ranks_resume_exactly(tmp_path: Path) -> None:
     args = ("env=inverted_pendulum", "num_envs=4", "algo.num_steps=32", "eval_episodes=2",
             "eval_interval=0")

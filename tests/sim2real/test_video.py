@@ -108,6 +108,8 @@ def _robot_pixels(frame: np.ndarray) -> int:
     return int(((f[..., 0] - f[..., 2] > 60) & (f[..., 0] > 120)).sum())
 
 
+@pytest.mark.slow  # two robotrl processes filming 3 episodes (~13 s, the longest here); the
+# default run keeps the view camera (above) and the no-GL refusal (below)
 def test_train_and_eval_write_videos_of_the_robot(gl: None, tmp_path: Path) -> None:
     pytest.importorskip("imageio_ffmpeg", reason="the video extra is not installed")
     import imageio.v2 as imageio
