@@ -182,7 +182,7 @@ class CRLConfig:
     blocks of 4: 4, 8, ..., 1024).
     """
 
-    num_steps: int = 4
+    collect_steps: int = 4
     """Env steps per world between update phases (one runner iteration)."""
     utd_ratio: float = 0.25
     """Gradient updates per stored transition (summed over worlds); fractions carry over."""
@@ -248,7 +248,7 @@ class CRLConfig:
             if getattr(self, name) not in known:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; known: "
                                  f"{', '.join(known)}")
-        for name in ("num_steps", "batch_size", "repr_dim", "critic_width", "actor_width"):
+        for name in ("collect_steps", "batch_size", "repr_dim", "critic_width", "actor_width"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("critic_depth", "actor_depth"):

@@ -54,7 +54,7 @@ class FastTD3Config(OffPolicyConfig):
     (benchmarks/README.md at commit 757c2c7, "FastTD3"). On a GPU, go back towards the reference sizes.
     """
 
-    num_steps: int = 4
+    collect_steps: int = 4
     """Env steps per world between update phases (64 worlds x 4 = 256 transitions, then 32
     updates)."""
     utd_ratio: float = 1 / 8

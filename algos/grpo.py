@@ -55,7 +55,7 @@ class GRPOConfig:
     group_size: int = 8
     """G: rollouts from each initial state; ``num_envs`` must be a multiple (M = num_envs / G
     groups per round)."""
-    num_steps: int = 0
+    horizon: int = 0
     """Steps of a round (a fixed horizon; an episode cut there is scored as it stands); 0: the
     task's episode limit."""
     outcome: str = "return"
@@ -119,8 +119,8 @@ class GRPOConfig:
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 (a group compares its rollouts), got "
                              f"{self.group_size}")
-        if self.num_steps < 0 or self.clip_low < 0 or self.clip_high < 0:
-            raise ValueError("num_steps, clip_low and clip_high must be >= 0")
+        if self.horizon < 0 or self.clip_low < 0 or self.clip_high < 0:
+            raise ValueError("horizon, clip_low and clip_high must be >= 0")
         if self.kl_coef < 0 or self.entropy_coef < 0 or self.max_grad_norm < 0:
             raise ValueError("kl_coef, entropy_coef and max_grad_norm must be >= 0")
 
@@ -273,9 +273,9 @@ class GRPO:
     @classmethod
     def build(cls, spec: EnvSpec, cfg: GRPOConfig, ctx: BuildContext) -> GRPO:
         """The learner for an env with ``spec`` on ``ctx.device`` for ``ctx.num_envs`` worlds;
-        a round lasts ``cfg.num_steps`` steps, or the episode limit when 0 or longer."""
+        a round lasts ``cfg.horizon`` steps, or the episode limit when 0 or longer."""
         limit = spec.max_episode_steps
-        horizon = min(cfg.num_steps, limit) if cfg.num_steps else limit
+        horizon = min(cfg.horizon, limit) if cfg.horizon else limit
         policy = None
         if ctx.policy is not None:
             from robotrl.registry import build_policy

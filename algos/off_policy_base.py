@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 class OffPolicyConfig:
     """The replay, schedule and network fields every off-policy learner has."""
 
-    num_steps: int = 8
+    collect_steps: int = 8
     """Env steps per world between update phases (one runner iteration: the checkpoint and
     eval intervals count these). 8 x 16 worlds = 128 transitions, then 128 updates."""
     utd_ratio: float = 1.0
@@ -83,7 +83,7 @@ class OffPolicyConfig:
             raise ValueError(
                 f"unknown activation {self.activation!r}; known: {', '.join(ACTIVATIONS)}"
             )
-        positive = ("num_steps", "batch_size", "buffer_size", "actor_update_interval")
+        positive = ("collect_steps", "batch_size", "buffer_size", "actor_update_interval")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

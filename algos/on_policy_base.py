@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 class GaussianOnPolicyConfig(Protocol):
     """Config fields ``GaussianOnPolicy`` reads (PPOConfig and TRPOConfig have them)."""
 
-    num_steps: int
+    rollout_steps: int
     gamma: float
     gae_lambda: float
     actor_hidden: tuple[int, ...]
@@ -50,7 +50,7 @@ class GaussianOnPolicy:
         obs_normalizer: ``RunningNormalizer`` applied before the policy, or None.
         return_normalizer: running statistics of the discounted return (reward scaling), or None.
         discounted_return: [N] running discounted return of each world (reward scaling).
-        buffer: the ``RolloutBuffer`` [num_steps, num_envs, ...]; it stores normalized obs.
+        buffer: the ``RolloutBuffer`` [rollout_steps, num_envs, ...]; it stores normalized obs.
         generator: drives action sampling (and the subclass's minibatch shuffling).
     """
 
@@ -105,7 +105,7 @@ class GaussianOnPolicy:
         policy's, whose statistics the critic shares)."""
         self.return_normalizer = norm(1).to(self.device) if cfg.reward_scaling else None
         self.discounted_return = torch.zeros(num_envs, device=self.device)
-        self.buffer = RolloutBuffer(cfg.num_steps, num_envs, obs_dim, act_dim, self.device,
+        self.buffer = RolloutBuffer(cfg.rollout_steps, num_envs, obs_dim, act_dim, self.device,
                                     self.dtype, critic_obs_dim=critic_dim)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())

@@ -6,7 +6,7 @@ entropy bonus, optimized with Adam over minibatch epochs. The on-policy runner d
     action = ppo.act(obs)                          # under torch.inference_mode()
     out = env.step(action)
     ppo.process_env_step(out.reward, out.terminated, out.truncated, out.info["final_obs"])
-    ...                                            # num_steps times
+    ...                                            # rollout_steps times
     ppo.compute_returns(out.obs)
     metrics = ppo.update(progress)                 # outside inference mode
 """
@@ -42,12 +42,12 @@ class PPOConfig:
     Per-task overrides live in ``configs/tuned/ppo_<task>.yaml`` (see benchmarks/README.md).
     """
 
-    num_steps: int = 16
-    """Rollout length per environment per update (batch = num_steps * num_envs)."""
+    rollout_steps: int = 16
+    """Rollout length per environment per update (batch = rollout_steps * num_envs)."""
     num_epochs: int = 10
     """Passes over each rollout."""
     num_minibatches: int = 4
-    """Minibatches per pass (minibatch = num_steps * num_envs / num_minibatches)."""
+    """Minibatches per pass (minibatch = rollout_steps * num_envs / num_minibatches)."""
     gamma: float = 0.99
     """Discount factor."""
     gae_lambda: float = 0.95
@@ -138,7 +138,7 @@ class PPOConfig:
             raise ValueError(
                 f"unknown activation {self.activation!r}; known: {', '.join(ACTIVATIONS)}"
             )
-        for name in ("num_steps", "num_epochs", "num_minibatches"):
+        for name in ("rollout_steps", "num_epochs", "num_minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.min_action_std < 1:
@@ -314,7 +314,7 @@ class PPO(GaussianOnPolicy):
     Attributes:
         policy: the ``GaussianActorCritic``; it takes normalized observations.
         obs_normalizer: ``RunningNormalizer`` applied before the policy, or None.
-        buffer: the ``RolloutBuffer`` [num_steps, num_envs, ...]; it stores normalized obs.
+        buffer: the ``RolloutBuffer`` [rollout_steps, num_envs, ...]; it stores normalized obs.
         generator: drives action sampling and minibatch shuffling.
     """
 

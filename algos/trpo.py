@@ -57,8 +57,8 @@ class TRPOConfig:
     """TRPO hyperparameters; defaults for MuJoCo locomotion with 32 worlds
     (``configs/algo/trpo.yaml``: 4096 samples per update)."""
 
-    num_steps: int = 128
-    """Rollout length per environment per update (batch = num_steps * num_envs)."""
+    rollout_steps: int = 128
+    """Rollout length per environment per update (batch = rollout_steps * num_envs)."""
     gamma: float = 0.99
     """Discount factor."""
     gae_lambda: float = 0.95
@@ -91,7 +91,7 @@ class TRPOConfig:
     critic_epochs: int = 5
     """Passes of value regression over each rollout."""
     critic_minibatches: int = 16
-    """Minibatches per value pass (minibatch = num_steps * num_envs / critic_minibatches)."""
+    """Minibatches per value pass (minibatch = rollout_steps * num_envs / critic_minibatches)."""
     value_coef: float = 1.0
     """Weight of the value loss (half squared error) Adam minimizes; 2: sb3-contrib's plain mean
     squared error, whose gradient is twice ours (under Adam only its eps tells them apart)."""
@@ -129,7 +129,7 @@ class TRPOConfig:
             raise ValueError(
                 f"unknown activation {self.activation!r}; known: {', '.join(ACTIVATIONS)}"
             )
-        for name in ("num_steps", "cg_iters", "line_search_steps", "critic_epochs",
+        for name in ("rollout_steps", "cg_iters", "line_search_steps", "critic_epochs",
                      "critic_minibatches"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -245,7 +245,7 @@ class TRPO(GaussianOnPolicy):
         policy: the ``GaussianActorCritic``; it takes normalized observations.
         actor_params: the policy's parameters (mean network, log std) moved by the TRPO step.
         critic_optimizer: Adam on the value network only.
-        buffer: the ``RolloutBuffer`` [num_steps, num_envs, ...]; it stores normalized obs.
+        buffer: the ``RolloutBuffer`` [rollout_steps, num_envs, ...]; it stores normalized obs.
         generator: drives action sampling and the critic's minibatch shuffling.
     """
 

@@ -55,7 +55,7 @@ def run(arm: str, seed: int, steps: int, checkpoints: list[int], run_dir: Path) 
 
     def update_and_record(progress: float) -> dict[str, float]:
         metrics = update(progress)
-        step = runner.global_step + cfg.algo.num_steps * cfg.num_envs
+        step = runner.global_step + cfg.algo.rollout_steps * cfg.num_envs
         for mark in checkpoints:
             if mark not in curve and step >= mark and runner.recent_returns:
                 curve[mark] = statistics.fmean(runner.recent_returns)

@@ -292,7 +292,7 @@ def ours_wallclock(task: str, minutes: float, name: str, extra: list[str],
     evals = TimedEvals(ours_evaluation(runner, cfg),
                        SummaryWriter(str(run_dir), filename_suffix=".evals"),
                        args.eval_every, 60 * minutes)
-    batch = cfg.algo.num_steps * cfg.num_envs
+    batch = cfg.algo.rollout_steps * cfg.num_envs
     update = runner.alg.update
 
     update_s = [0.0]

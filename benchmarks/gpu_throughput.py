@@ -136,7 +136,7 @@ def bench_ppo(backend: str, task: str, n: int, device: torch.device, iters: int,
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = from_dict(TrainConfig, {
-            "algo": {"name": "ppo", "num_steps": num_steps, "num_minibatches": minibatches,
+            "algo": {"name": "ppo", "rollout_steps": num_steps, "num_minibatches": minibatches,
                      "num_epochs": 5, "actor_hidden": [256, 256], "critic_hidden": [256, 256]},
             "env": {"task": task, "options": env_options(backend, iterations)},
             "backend": {"name": backend},

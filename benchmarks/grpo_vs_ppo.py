@@ -162,7 +162,7 @@ def main() -> None:
         "out": str(args.out), "runs": str(args.runs)}, "tasks": {}, "summary": {}}
     for task in args.tasks:
         steps = int(args.steps[task])
-        grpo_extra = [f"algo.num_steps={args.idp_horizon}"] if task != "reacher" else []
+        grpo_extra = [f"algo.horizon={args.idp_horizon}"] if task != "reacher" else []
         runs: dict[str, list[dict[str, Any]]] = {"grpo": [], "ppo": []}
         for seed in range(args.seeds):
             grpo = train_and_evaluate(task, "grpo", seed, steps, args.evals,

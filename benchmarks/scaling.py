@@ -32,8 +32,8 @@ from robotrl.checkpoint import load_checkpoint
 CORES = os.cpu_count() or 1
 ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}
 ALGOS = {  # per-process settings: a short run long enough for a steady rate
-    "ppo": ["algo=ppo", "env=halfcheetah", "algo.num_steps=16", "total_steps={steps}"],
-    "sac": ["algo=sac", "env=halfcheetah", "algo.num_steps=8", "algo.learning_starts=2048",
+    "ppo": ["algo=ppo", "env=halfcheetah", "algo.rollout_steps=16", "total_steps={steps}"],
+    "sac": ["algo=sac", "env=halfcheetah", "algo.collect_steps=8", "algo.learning_starts=2048",
             "total_steps={steps}"],
 }
 STEPS = {"ppo": 262_144, "sac": 12_288}

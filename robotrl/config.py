@@ -388,7 +388,17 @@ def _named_from_dict(value: Any, key: str, names: list[str], config_class: Any) 
         raise ValueError(f"{key} must be a mapping with a 'name' (one of {names}), got {value!r}")
     fields = dict(value)
     name = fields.pop("name")
-    return from_dict(config_class(name), fields, key)
+    cls = config_class(name)
+    if key == "algo" and "num_steps" in fields:  # a run saved before the key was renamed
+        new = [f.name for f in dataclasses.fields(cls) if f.name in RENAMED_NUM_STEPS]
+        if new and new[0] not in fields:
+            fields[new[0]] = fields.pop("num_steps")
+    return from_dict(cls, fields, key)
+
+
+RENAMED_NUM_STEPS = ("rollout_steps", "collect_steps", "updates_per_iteration", "horizon")
+"""What ``algo.num_steps`` of configs saved before the rename became, by runner kind; a saved
+config is read with its new name (the command line refuses the old one, naming the new)."""
 
 
 def to_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -21,18 +21,18 @@ from robotrl.types import BatchedEnv, BuildContext, EnvSpec, Obs, ObsSpec, StepO
 torch.set_num_threads(1)
 
 SMALL_ALGOS: dict[str, dict[str, Any]] = {
-    "ppo": {"num_steps": 8, "actor_hidden": [32, 32], "critic_hidden": [32, 32]},
-    "trpo": {"num_steps": 8, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
+    "ppo": {"rollout_steps": 8, "actor_hidden": [32, 32], "critic_hidden": [32, 32]},
+    "trpo": {"rollout_steps": 8, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
              "critic_minibatches": 4},
     # small nets, fast targets (tau .05) and high learning rates: InvertedPendulum in 4k steps
     # (the SAC defaults, like Stable-Baselines3's SAC, are still near 100 there after 5k steps)
-    "sac": {"num_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
+    "sac": {"collect_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
             "batch_size": 128, "learning_starts": 500, "actor_lr": 3e-3, "critic_lr": 3e-3,
             "alpha_lr": 1e-3, "init_alpha": 0.05, "tau": 0.05},
-    "crossq": {"num_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [128, 128],
+    "crossq": {"collect_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [128, 128],
                "batch_size": 128, "learning_starts": 500, "init_alpha": 0.05},
     # FastTD3 on 4 worlds: more updates per transition than its many-world default
-    "fasttd3": {"num_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
+    "fasttd3": {"collect_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
                 "batch_size": 256, "learning_starts": 500, "utd_ratio": 0.5, "v_min": -10.0,
                 "v_max": 110.0, "actor_lr": 1e-3, "critic_lr": 1e-3},
 }
@@ -177,13 +177,13 @@ def point_env() -> type[PointEnv]:
 
 
 def train_learner(alg: Any, env: BatchedEnv, iterations: int) -> list[dict[str, float]]:
-    """What a runner does, ``iterations`` times: ``alg.cfg.num_steps`` steps in every world
+    """What a runner does, ``iterations`` times: ``rollout_steps`` (on-policy) or ``collect_steps`` (off-policy) steps in every world
     (``act``, ``process_env_step`` under inference mode), ``compute_returns`` for on-policy
     learners, then ``update``; returns every update's metrics."""
     obs, history = env.reset(), []
     for i in range(iterations):
         with torch.inference_mode():
-            for _ in range(alg.cfg.num_steps):
+            for _ in range(getattr(alg.cfg, "rollout_steps", None) or alg.cfg.collect_steps):
                 out = env.step(alg.act(obs))
                 alg.process_env_step(out.reward, out.terminated, out.truncated,
                                      out.info["final_obs"])
@@ -197,23 +197,23 @@ def train_learner(alg: Any, env: BatchedEnv, iterations: int) -> list[dict[str, 
 POINT_ALGOS: dict[str, tuple[dict[str, Any], int, int]] = {
     # name: (algorithm keys, worlds, iterations). Measured: point_return after training, seeds
     # 0/1/2, and seconds on one thread (untrained: 2.4-6.2; standing still 4.8, optimal ~19)
-    "ppo": ({"num_steps": 16, "actor_hidden": [64, 64], "critic_hidden": [64, 64]},
+    "ppo": ({"rollout_steps": 16, "actor_hidden": [64, 64], "critic_hidden": [64, 64]},
             64, 10),  # 18.1 / 17.5 / 16.6, 0.6 s
-    "trpo": ({"num_steps": 16, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
+    "trpo": ({"rollout_steps": 16, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
               "critic_minibatches": 4}, 64, 10),  # 18.6 / 18.3 / 18.6, 0.4 s
     # the off-policy learners: 16 worlds, 256 random warm-up transitions, small nets and
     # gamma 0.9 (the episodes are 20 steps)
-    "sac": ({"num_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
+    "sac": ({"collect_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
              "batch_size": 128, "learning_starts": 256, "utd_ratio": 0.25, "gamma": 0.9,
              "actor_lr": 1e-3, "critic_lr": 1e-3, "init_alpha": 0.05},
             16, 13),  # 18.4 / 18.2 / 18.2, 336 updates, 1.0 s
-    "crossq": ({"num_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
+    "crossq": ({"collect_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
                 "batch_size": 64, "learning_starts": 256, "utd_ratio": 0.5, "gamma": 0.9,
                 "init_alpha": 0.05},
                16, 13),  # 17.4 / 17.5 / 17.8, 672 updates, 1.7 s
     # the categorical support must hold the values: with gamma 0.99 time-limit bootstrapping
     # takes them to ~100, and a support capped at 25 left the return at 13-15
-    "fasttd3": ({"num_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
+    "fasttd3": ({"collect_steps": 8, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
                  "batch_size": 128, "learning_starts": 256, "utd_ratio": 0.25, "gamma": 0.9,
                  "v_min": -5.0, "v_max": 15.0, "actor_lr": 1e-3, "critic_lr": 1e-3},
                 16, 13),  # 18.1 / 18.4 / 18.1, 336 updates, 0.9 s

@@ -5,7 +5,7 @@ The offline runner calls, in order:
 
     learner = Algo.build(spec, cfg, ctx)       # networks sized for the task
     learner.attach(dataset)                    # the data: statistics, device copy
-    metrics = learner.update(progress)         # cfg.num_steps gradient updates
+    metrics = learner.update(progress)         # cfg.updates_per_iteration gradient updates
     action = learner.act_deterministic(obs)    # evaluation in the simulator
 
 The dataset is viewed once, at ``attach``, as a packed table on the learner's device with
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 class OfflineConfig:
     """Fields every offline algorithm has; defaults are the papers' MuJoCo settings."""
 
-    num_steps: int = 1000
+    updates_per_iteration: int = 1000
     """Gradient updates per runner iteration (the checkpoint and eval intervals count
     iterations; ``total_steps`` counts gradient updates for offline algorithms)."""
     batch_size: int = 256
@@ -63,7 +63,7 @@ class OfflineConfig:
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}; known: "
                              f"{', '.join(ACTIVATIONS)}")
-        for name in ("num_steps", "batch_size"):
+        for name in ("updates_per_iteration", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 < self.tau <= 1.0:
@@ -281,7 +281,7 @@ class OfflineLearner:
         raise NotImplementedError
 
     def update(self, progress: float = 0.0) -> dict[str, float]:
-        """``cfg.num_steps`` gradient updates on batches of the attached dataset; returns the
+        """``cfg.updates_per_iteration`` gradient updates on batches of the attached dataset; returns the
         ``METRIC_KEYS`` averaged over them (metrics of delayed updates over those that ran).
 
         Raises:
@@ -291,13 +291,13 @@ class OfflineLearner:
             raise RuntimeError(f"{self.NAME}.update() before attach(dataset)")
         nan = torch.full((), math.nan, device=self.device)
         rows = []
-        for _ in range(self.cfg.num_steps):
+        for _ in range(self.cfg.updates_per_iteration):
             metrics = self._update_once(self.sample())
             self.num_updates += 1
             rows.append(torch.stack([metrics.get(k, nan).float() for k in self.METRIC_KEYS]))
         out = summarize_updates(torch.stack(rows), self.METRIC_KEYS, self.NAME,
                                 self.METRIC_KEYS[0].split("/")[-1],
-                                self.num_updates - self.cfg.num_steps + 1, self.num_updates)
+                                self.num_updates - self.cfg.updates_per_iteration + 1, self.num_updates)
         out["train/updates"] = float(self.num_updates)
         return out
 

@@ -98,11 +98,11 @@ class TokenBC:
         self.obs, self.labels = data.observations, data.actions[steps].flatten(1)
 
     def update(self, progress: float = 0.0) -> dict[str, float]:
-        """``cfg.num_steps`` gradient steps on batches of ``cfg.batch_size`` rows."""
+        """``cfg.updates_per_iteration`` gradient steps on batches of ``cfg.batch_size`` rows."""
         if self.obs is None or self.labels is None:
             raise RuntimeError("BC.update() before attach(dataset)")
         rows = []
-        for _ in range(self.cfg.num_steps):
+        for _ in range(self.cfg.updates_per_iteration):
             idx = torch.randint(len(self.obs), (self.cfg.batch_size,), device=self.device,
                                 generator=self.generator)
             obs = self.spec.unflatten(self.obs[idx], self.groups)

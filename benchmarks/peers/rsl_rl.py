@@ -117,7 +117,7 @@ def rsl_train_cfg(cfg: TrainConfig) -> dict[str, Any]:
     model = dict(class_name="rsl_rl.models.MLPModel", activation=a.activation,
                  obs_normalization=a.normalize_obs)
     return {
-        "num_steps_per_env": a.num_steps,
+        "num_steps_per_env": a.rollout_steps,
         "save_interval": cfg.checkpoint_interval,
         "obs_groups": {"actor": ["policy"], "critic": ["policy"]},
         "actor": {**model, "hidden_dims": list(a.actor_hidden), "distribution_cfg": dict(
@@ -166,7 +166,7 @@ def main(argv: list[str]) -> int:
     torch.manual_seed(cfg.seed)
     env = RslVecEnv(build_env(cfg, cfg.num_envs, cfg.seed))
     train_cfg = rsl_train_cfg(cfg)
-    batch = cfg.algo.num_steps * cfg.num_envs
+    batch = cfg.algo.rollout_steps * cfg.num_envs
     iterations = math.ceil(cell.budget / batch)
     print(f"RSL-RL {RSL_VERSION} PPO on {cfg.env.task}: {cfg.num_envs} worlds, {iterations} "
           f"iterations x {batch} = {iterations * batch:,} steps, seed {cfg.seed}, our config "

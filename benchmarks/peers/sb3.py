@@ -120,7 +120,7 @@ ZOO_HP: dict[str, dict[str, dict[str, Any]]] = {
 # ---------------------------------------------------------------------------- ours, mapped
 def _rollout(algo: Any, num_envs: int, n_envs: int) -> tuple[int, int, list[str]]:
     """(ours' rollout batch, SB3's ``n_steps`` collecting it over ``n_envs`` sub-envs, notes)."""
-    batch = algo.num_steps * num_envs
+    batch = algo.rollout_steps * num_envs
     n_steps = max(1, round(batch / n_envs))
     notes = [] if n_steps * n_envs == batch else [
         f"rollout batch {batch} is not a multiple of n_envs {n_envs}: SB3 collects "
@@ -176,7 +176,7 @@ def ppo_from_ours(cfg: Any, n_envs: int, act_dim: int = 0) -> tuple[dict[str, An
 
 def trpo_from_ours(cfg: Any, n_envs: int, act_dim: int) -> tuple[dict[str, Any], list[str]]:
     """``sb3_contrib.TRPO`` arguments equal to ours' composed ``cfg`` where it has them, and
-    the notes. One rollout of ours (num_steps x num_envs) is one of SB3 (n_steps x n_envs); the
+    the notes. One rollout of ours (rollout_steps x num_envs) is one of SB3 (n_steps x n_envs); the
     critic sees the same minibatch size and passes. sb3-contrib averages the KL over action
     dimensions where ours sums them: ``target_kl = kl_bound(act_dim) / act_dim``."""
     algo = cfg.algo

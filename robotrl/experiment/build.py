@@ -139,7 +139,7 @@ def build_runner(cfg: TrainConfig) -> Runner:
 
     settings = RunnerSettings(
         total_steps=cfg.total_steps,
-        steps_per_env=cfg.algo.num_steps,
+        steps_per_env=getattr(cfg.algo, runner_cls.iteration_key),
         run_dir=Path(cfg.run_dir),
         max_minutes=cfg.max_minutes,
         checkpoint_interval=cfg.checkpoint_interval,

@@ -18,7 +18,19 @@ from robotrl.config import (
     TrainConfig,
     from_dict,
 )
-from robotrl.registry import POLICIES, algo_config_class, policy_config_class
+from robotrl.registry import POLICIES, algo_config_class, algorithm, policy_config_class
+
+RENAMED: dict[str, dict[str, str]] = {
+    "num_steps": {"on_policy": "rollout_steps", "off_policy": "collect_steps",
+                  "offline": "updates_per_iteration", "group": "horizon"},
+}
+"""Old algorithm keys -> runner kind -> the key that replaced them (``algo.num_steps`` meant a
+rollout's length, env steps between update phases, updates per iteration or a round's horizon,
+depending on the runner)."""
+RENAMED_WHY = {"rollout_steps": "env steps per world in one rollout",
+               "collect_steps": "env steps per world between update phases",
+               "updates_per_iteration": "gradient updates per iteration",
+               "horizon": "steps of a group round, 0: the episode limit"}
 
 GROUPS = ("algo", "env", "policy", "backend", "logger", "randomization")
 
@@ -92,6 +104,10 @@ def check_overrides(overrides: list[str]) -> None:
                 continue  # randomization.body_mass.low=0.5
             raise ConfigError(f"unknown config key {key!r}; allowed keys of a range: "
                               f"{_fields(Range)}")
+        if parts[0] == "algo" and parts[1] in RENAMED and parts[1] not in allowed:
+            new = RENAMED[parts[1]].get(algorithm(algo).runner)
+            raise ConfigError(f"algo.{parts[1]} was renamed: algo={algo} calls it "
+                              f"algo.{new} ({RENAMED_WHY[new]})")
         if parts[1] not in allowed or len(parts) > 2:
             raise ConfigError(f"unknown config key {key!r}; allowed keys in {parts[0]}: {allowed}")
 
@@ -100,7 +116,7 @@ def hydra_overrides(overrides: list[str]) -> list[str]:
     """Overrides as Hydra should see them: validated keys become ``++key=value``.
 
     The dataclasses, not the YAML, define which keys exist, so a field the YAML leaves at its
-    default (``algo.num_steps``, ``env.options.<task option>``) is added rather than rejected.
+    default (``algo.rollout_steps``, ``env.options.<task option>``) is added rather than rejected.
     """
     out = []
     for o in overrides:

@@ -212,6 +212,10 @@ class Runner:
     """
 
     learns_from: ClassVar[str] = "env"
+    iteration_key: ClassVar[str] = ""
+    """The algorithm config field that sizes one iteration (``RunnerSettings.steps_per_env``):
+    each runner kind names its own (``rollout_steps``, ``collect_steps``,
+    ``updates_per_iteration``, ``horizon``)."""
     evaluate_first: ClassVar[bool] = False
     """Evaluate once before the first iteration of a fresh run (step 0)."""
     heldout_states: ClassVar[bool] = False

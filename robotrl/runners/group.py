@@ -9,7 +9,7 @@ updates once its batch is full. Initial states come from a fixed **train** set a
 the run dir. Evaluation runs the deterministic policy from the test set and from as many train
 states, and reports them apart (``eval/train/*``, ``eval/test/*``); ``best.pt`` is chosen on
 the train states, so nothing is ever selected on test states. Evaluation episodes run to the
-task's episode limit even when training rounds are shorter (``algo.num_steps``). Tasks with
+task's episode limit even when training rounds are shorter (``algo.horizon``). Tasks with
 held-out compositions (``MujocoTask.heldout_options``, e.g. tabletop's unseen colour-shape
 instructions) get a third set, ``heldout``, drawn once with those options (stream
 ``group-heldout-states``) and reported as ``eval/heldout/*``: a snapshot carries the
@@ -126,6 +126,7 @@ class GroupRunner(Runner):
     alg: GroupAlgorithm
     evaluate_first = True
     heldout_states = True
+    iteration_key = "horizon"
 
     def __init__(self, env: BatchedEnv, alg: GroupAlgorithm, settings: RunnerSettings,
                  device: torch.device, make_eval_env: Callable[[], BatchedEnv] | None = None,

@@ -18,3 +18,4 @@ class OffPolicyRunner(Runner):
     """The shared loop; transitions go to the algorithm's replay, nothing closes a rollout."""
 
     alg: OffPolicyAlgorithm
+    iteration_key = "collect_steps"

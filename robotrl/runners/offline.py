@@ -1,7 +1,7 @@
 """Offline runner: gradient updates from a dataset, evaluation in the simulator.
 
 No worlds are stepped for learning. An iteration is ``steps_per_env`` (the algorithm's
-``num_steps``) gradient updates on batches of the dataset, which the learner holds on its own
+``updates_per_iteration``) gradient updates on batches of the dataset, which the learner holds on its own
 device (``attach``); ``total_steps`` counts gradient updates. Evaluation, ``best.pt``,
 checkpoints (resume continues exactly: the learner's sampling generator and optimizers are in
 them), TensorBoard, the progress bar and the NaN guard are the shared ``Runner``'s. The
@@ -28,6 +28,7 @@ class OfflineRunner(Runner):
 
     alg: OfflineAlgorithm
     learns_from = "dataset"
+    iteration_key = "updates_per_iteration"
 
     def __init__(self, dataset: Dataset, alg: OfflineAlgorithm, settings: RunnerSettings,
                  device: torch.device, make_eval_env: Callable[[], BatchedEnv] | None = None,

@@ -12,6 +12,7 @@ class OnPolicyRunner(Runner):
     """Collect T steps in every world, close the rollout, update on it (then it is cleared)."""
 
     alg: OnPolicyAlgorithm
+    iteration_key = "rollout_steps"
 
     def _end_rollout(self, obs: Obs) -> None:
         self.alg.compute_returns(obs)

@@ -62,7 +62,7 @@ def test_critic_sees_privileged_the_actor_does_not(learner: type) -> None:
             alg.process_env_step(torch.zeros(4), torch.zeros(4, dtype=torch.bool),
                                  torch.zeros(4, dtype=torch.bool), o)
         assert not torch.allclose(alg._value(obs), alg._value(other))
-        assert alg.buffer.critic_obs.shape == (alg.cfg.num_steps, 4, 11 + obs["privileged"].shape[1])
+        assert alg.buffer.critic_obs.shape == (alg.cfg.rollout_steps, 4, 11 + obs["privileged"].shape[1])
     else:
         action = torch.zeros(4, 3)
         state, other_state = alg._state(obs), alg._state(other)
@@ -91,7 +91,7 @@ def test_train_and_export_with_privileged_critic(tmp_path: Path) -> None:
     from robotrl.sim2real.export import read_metadata
 
     cfg = from_dict(TrainConfig, {
-        "algo": {"name": "ppo", "num_steps": 8, "actor_hidden": [16], "critic_hidden": [16],
+        "algo": {"name": "ppo", "rollout_steps": 8, "actor_hidden": [16], "critic_hidden": [16],
                  "critic_obs": ["policy", "privileged"]},
         "env": {"task": "hopper", "options": {}}, "randomization": RANDOMIZED,
         "logger": {"tensorboard": False, "progress": False}, "num_envs": 4,

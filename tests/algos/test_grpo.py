@@ -272,7 +272,7 @@ def test_policy_from_actor_reproduces_the_actor(output: str) -> None:
 
 def test_grpo_fine_tunes_another_runs_actor(tmp_path: Path) -> None:
     ppo = from_dict(TrainConfig, {
-        "algo": {"name": "ppo", "num_steps": 8, "actor_hidden": [16, 16]},
+        "algo": {"name": "ppo", "rollout_steps": 8, "actor_hidden": [16, 16]},
         "env": {"task": "reacher"}, "logger": {"tensorboard": False, "progress": False},
         "num_envs": 4, "total_steps": 64, "run_dir": str(tmp_path / "ppo"), "eval_episodes": 2,
     })
@@ -329,7 +329,7 @@ def test_grpo_raises_point_env_return(tmp_path: Path, point_env: Callable[..., A
     env = point_env(32, seed=0)
     cfg = GRPOConfig(group_size=4, train_states=32, test_states=16, actor_hidden=(32, 32))
     alg = GRPO.build(env.spec, cfg, BuildContext(torch.device("cpu"), 32))
-    settings = RunnerSettings(total_steps=20 * 32 * 20, steps_per_env=cfg.num_steps,
+    settings = RunnerSettings(total_steps=20 * 32 * 20, steps_per_env=cfg.horizon,
                               run_dir=tmp_path, checkpoint_interval=1000, progress=False,
                               tensorboard=False)
     runner = GroupRunner(env, alg, settings, torch.device("cpu"))

@@ -110,7 +110,7 @@ def tiny_dataset(n: int = 512, seed: int = 0) -> Dataset:
 
 
 def small_learner(name: str, **over: object):  # noqa: ANN201 - any offline learner
-    cfg = from_dict(TrainConfig, {"algo": {"name": name, "num_steps": 50, "batch_size": 64,
+    cfg = from_dict(TrainConfig, {"algo": {"name": name, "updates_per_iteration": 50, "batch_size": 64,
                                            "hidden": [32, 32], **over}}).algo
     return learner_class(name)(3, -torch.ones(1), torch.ones(1), cfg, seed=0)
 
@@ -184,7 +184,7 @@ def pd_expert_dataset(path: Path, steps: int = 20_000) -> tuple[Path, float]:
 
 
 def offline_config(run_dir: Path, dataset: Path, name: str = "td3bc", **over: object) -> TrainConfig:
-    algo = {"name": name, "num_steps": 100, "hidden": [64, 64], **over.pop("algo", {})}
+    algo = {"name": name, "updates_per_iteration": 100, "hidden": [64, 64], **over.pop("algo", {})}
     return from_dict(TrainConfig, {
         "algo": algo, "env": {"task": "inverted_pendulum", "options": {}},
         "logger": {"tensorboard": False, "progress": False, "log_interval": 1},
@@ -203,7 +203,7 @@ def test_offline_resume_equals_uninterrupted(tmp_path: Path, name: str) -> None:
         return r
 
     # 6 iterations of 20 updates (exactness does not need more; 100 each took 20 s for CQL)
-    small = {"total_steps": 120, "algo": {"num_steps": 20}}
+    small = {"total_steps": 120, "algo": {"updates_per_iteration": 20}}
     full = runner(offline_config(tmp_path / "full", data, name, **small))
     full.train()
     part = runner(offline_config(tmp_path / "part", data, name, **small))
@@ -244,7 +244,7 @@ def test_td3bc_recovers_the_expert(tmp_path: Path) -> None:
     expert's return (normalized score >= 90) within 3000 updates (~15 s on 2 cores)."""
     path, expert_return = pd_expert_dataset(tmp_path / "expert.hdf5")
     cfg = offline_config(tmp_path / "run", path, total_steps=3000, eval_interval=10,
-                         eval_episodes=8, algo={"num_steps": 300})
+                         eval_episodes=8, algo={"updates_per_iteration": 300})
     result = run_training(cfg)
     assert result is not None
     assert result["normalized_score"] >= 90, result

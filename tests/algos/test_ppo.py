@@ -42,12 +42,12 @@ MakeEnv = Callable[..., Any]
 velocity [N, 2], reward 1 - |p|, truncated after ``horizon`` steps)."""
 
 
-SMALL = {"actor_hidden": (16,), "critic_hidden": (16,), "num_steps": 4, "num_minibatches": 2}
+SMALL = {"actor_hidden": (16,), "critic_hidden": (16,), "rollout_steps": 4, "num_minibatches": 2}
 
 
 def _collect(ppo: PPO, env: BatchedEnv, obs: Obs) -> Obs:
     with torch.inference_mode():
-        for _ in range(ppo.cfg.num_steps):
+        for _ in range(ppo.cfg.rollout_steps):
             out = env.step(ppo.act(obs))
             ppo.process_env_step(out.reward, out.terminated, out.truncated, out.info["final_obs"])
             obs = out.obs
@@ -131,7 +131,7 @@ def test_protocol_shapes_bounds_and_truncation_bootstrap(point_env: MakeEnv) -> 
     buf, norm = ppo.buffer, ppo.obs_normalizer
     assert norm is not None
     with torch.inference_mode():
-        for t in range(cfg.num_steps):
+        for t in range(cfg.rollout_steps):
             action = ppo.act(obs)
             with pytest.raises(RuntimeError, match="twice"):
                 ppo.act(obs)

@@ -98,7 +98,7 @@ def test_fisher_vector_product_matches_explicit_fisher() -> None:
 
 def _rollout(alg: TRPO, env: object, obs: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode():
-        for _ in range(alg.cfg.num_steps):
+        for _ in range(alg.cfg.rollout_steps):
             out = env.step(alg.act(obs))  # type: ignore[attr-defined]
             alg.process_env_step(out.reward, out.terminated, out.truncated, out.info["final_obs"])
             obs = out.obs
@@ -113,7 +113,7 @@ def test_kl_of_every_update_stays_within_max_kl(max_kl: float, fvp_fraction: flo
     torch.manual_seed(0)
     env = make("inverted_pendulum", 8, seed=0, num_threads=1)
     spec = env.spec
-    cfg = TRPOConfig(num_steps=32, max_kl=max_kl, fvp_fraction=fvp_fraction, critic_epochs=2,
+    cfg = TRPOConfig(rollout_steps=32, max_kl=max_kl, fvp_fraction=fvp_fraction, critic_epochs=2,
                      critic_minibatches=4)
     alg = TRPO(spec.obs_dim, spec.action_low, spec.action_high, 8, cfg, seed=0)
     obs = env.reset()
@@ -143,7 +143,7 @@ def test_rejected_step_keeps_parameters_and_value_still_fits() -> None:
     torch.manual_seed(0)
     env = make("inverted_pendulum", 4, seed=0, num_threads=1)
     spec = env.spec
-    cfg = TRPOConfig(num_steps=8, normalize_advantages=False, critic_minibatches=2)
+    cfg = TRPOConfig(rollout_steps=8, normalize_advantages=False, critic_minibatches=2)
     alg = TRPO(spec.obs_dim, spec.action_low, spec.action_high, 4, cfg, seed=0)
     _rollout(alg, env, env.reset())
     alg.buffer.advantages.zero_()
@@ -160,7 +160,7 @@ def test_nan_reward_raises_and_keeps_parameters() -> None:
     torch.manual_seed(0)
     env = make("inverted_pendulum", 4, seed=0, num_threads=1)
     spec = env.spec
-    alg = TRPO(spec.obs_dim, spec.action_low, spec.action_high, 4, TRPOConfig(num_steps=4), seed=0)
+    alg = TRPO(spec.obs_dim, spec.action_low, spec.action_high, 4, TRPOConfig(rollout_steps=4), seed=0)
     obs = env.reset()
     before = {k: v.clone() for k, v in alg.policy.state_dict().items()}
     with torch.inference_mode():
@@ -180,7 +180,7 @@ def test_nan_reward_raises_and_keeps_parameters() -> None:
 
 def test_export_actor_equals_act_deterministic() -> None:
     torch.manual_seed(0)
-    alg = TRPO(5, -torch.ones(2), torch.ones(2), 4, TRPOConfig(num_steps=4), seed=0)
+    alg = TRPO(5, -torch.ones(2), torch.ones(2), 4, TRPOConfig(rollout_steps=4), seed=0)
     assert alg.obs_normalizer is not None
     alg.obs_normalizer.update(torch.randn(300, 5) * 2.0 + 1.0)
     with torch.no_grad():
@@ -194,24 +194,24 @@ def test_export_actor_equals_act_deterministic() -> None:
 
 @pytest.mark.parametrize(("act_dim", "expected"), [(1, 0.01), (6, 0.06)])
 def test_default_kl_bound_is_per_action_dimension(act_dim: int, expected: float) -> None:
-    alg = TRPO(3, -torch.ones(act_dim), torch.ones(act_dim), 2, TRPOConfig(num_steps=2), seed=0)
+    alg = TRPO(3, -torch.ones(act_dim), torch.ones(act_dim), 2, TRPOConfig(rollout_steps=2), seed=0)
     assert alg.max_kl == pytest.approx(expected)
     explicit = TRPO(3, -torch.ones(act_dim), torch.ones(act_dim), 2,
-                    TRPOConfig(num_steps=2, max_kl=0.2), seed=0)
+                    TRPOConfig(rollout_steps=2, max_kl=0.2), seed=0)
     assert explicit.max_kl == 0.2
 
 
 def test_std_floor_is_a_fraction_of_the_action_range() -> None:
     low, high = torch.tensor([-3.0, -0.5]), torch.tensor([3.0, 0.5])
-    alg = TRPO(3, low, high, 2, TRPOConfig(num_steps=2, min_action_std=0.1), seed=0)
+    alg = TRPO(3, low, high, 2, TRPOConfig(rollout_steps=2, min_action_std=0.1), seed=0)
     with torch.no_grad():
         alg.policy.log_std.fill_(-20.0)
     scale = alg.policy.dist(torch.zeros(4, 3)).scale
     torch.testing.assert_close(scale, torch.tensor([0.3, 0.05]).expand(4, 2))
     # off: only the numeric floor exp(-5); unbounded actions get no range-based floor
-    off = TRPO(3, low, high, 2, TRPOConfig(num_steps=2, min_action_std=0.0), seed=0)
+    off = TRPO(3, low, high, 2, TRPOConfig(rollout_steps=2, min_action_std=0.0), seed=0)
     unbounded = TRPO(3, torch.full((2,), -math.inf), torch.full((2,), math.inf), 2,
-                     TRPOConfig(num_steps=2), seed=0)
+                     TRPOConfig(rollout_steps=2), seed=0)
     for a in (off, unbounded):
         with torch.no_grad():
             a.policy.log_std.fill_(-20.0)
@@ -230,7 +230,7 @@ def test_solved_task_drives_log_std_down_until_the_floor(min_action_std: float) 
     torch.manual_seed(0)
     env = make("inverted_pendulum", 8, seed=0, num_threads=1)
     spec = env.spec
-    cfg = TRPOConfig(num_steps=16, critic_epochs=1, critic_minibatches=2,
+    cfg = TRPOConfig(rollout_steps=16, critic_epochs=1, critic_minibatches=2,
                      min_action_std=min_action_std)
     alg = TRPO(spec.obs_dim, spec.action_low, spec.action_high, 8, cfg, seed=0)
     obs = env.reset()
@@ -284,7 +284,7 @@ def test_trpo_solves_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) 
     Measured: 1000 for seeds 0-3 at 16k steps with max_kl 0.01 (31 updates).
     """
     cfg = make_config(tmp_path, "trpo", num_envs=16, total_steps=16_000, eval_episodes=8,
-               algo={"num_steps": 32, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
+               algo={"rollout_steps": 32, "actor_hidden": [64, 64], "critic_hidden": [64, 64],
                      "critic_minibatches": 16, "max_kl": 0.01})
     result = run_training(cfg)
     assert result is not None
@@ -296,7 +296,7 @@ def test_trpo_solves_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) 
     [("max_kl", 0.0), ("max_kl", -0.1), ("min_action_std", -0.1), ("min_action_std", 1.0),
      ("cg_iters", 0), ("cg_damping", -1.0),
      ("line_search_steps", 0), ("backtrack", 1.0), ("backtrack", 0.0), ("critic_lr", 0.0),
-     ("critic_epochs", 0), ("critic_minibatches", 0), ("num_steps", 0), ("gamma", 1.5),
+     ("critic_epochs", 0), ("critic_minibatches", 0), ("rollout_steps", 0), ("gamma", 1.5),
      ("gae_lambda", -0.1), ("activation", "swish"), ("fvp_fraction", 0.0),
      ("fvp_fraction", 1.5)],
 )

@@ -17,7 +17,7 @@ def write_grid(tmp_path: Path, dataset: Path, **extra) -> Path:
     grid = {"name": "tiny-offline", "out": str(tmp_path / "bench"), "algos": ["bc", "td3bc"],
             "datasets": [str(dataset)], "seeds": [0, 1], "budgets": [200],
             "metric": "normalized_score", "ope_updates": 50,
-            "overrides": ["algo.num_steps=100", "eval_interval=1", "checkpoint_interval=1",
+            "overrides": ["algo.updates_per_iteration=100", "eval_interval=1", "checkpoint_interval=1",
                           "eval_episodes=2", "logger.tensorboard=false"],
             "results": str(tmp_path / "committed" / "results.json"),
             "report": str(tmp_path / "committed" / "report.md"), **extra}
@@ -88,7 +88,7 @@ def test_ope_command(pendulum, tmp_path):
 
     run = tmp_path / "run"
     run_training(from_dict(TrainConfig, {
-        "algo": {"name": "bc", "num_steps": 100}, "dataset": str(pendulum),
+        "algo": {"name": "bc", "updates_per_iteration": 100}, "dataset": str(pendulum),
         "env": {"task": "inverted_pendulum", "options": {}}, "total_steps": 100,
         "eval_episodes": 2, "run_dir": str(run),
         "logger": {"tensorboard": False, "progress": False}}))

@@ -89,7 +89,7 @@ def test_bc_against_d3rlpy_end_to_end(pendulum, tmp_path):
     peer = grid["peers"]["d3rlpy"]
     grid.update(name="tiny-vs-d3rlpy", out=str(tmp_path / "bench"), algos={"bc": []},
                 datasets=[str(pendulum)], seeds=[0], budgets=[200],
-                overrides=["algo.num_steps=100", "eval_interval=1", "checkpoint_interval=1",
+                overrides=["algo.updates_per_iteration=100", "eval_interval=1", "checkpoint_interval=1",
                            "eval_episodes=2", "logger.tensorboard=false"],
                 results=str(tmp_path / "results.json"), report=str(tmp_path / "report.md"))
     peer.update(script=str(PEER), algos={"bc": "BC"})

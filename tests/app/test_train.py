@@ -87,7 +87,7 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, make_config: M
 def test_ppo_solves_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
     """The learning claim: mean deterministic return >= 950 (of 1000) on InvertedPendulum-v5."""
     cfg = make_config(tmp_path, num_envs=16, total_steps=24_000, eval_episodes=8,
-               algo={"num_steps": 32, "actor_hidden": [64, 64], "critic_hidden": [64, 64]})
+               algo={"rollout_steps": 32, "actor_hidden": [64, 64], "critic_hidden": [64, 64]})
     result = run_training(cfg)
     assert result is not None
     assert result["return_mean"] >= 950, result
@@ -98,7 +98,7 @@ def test_cli_train_then_eval(tmp_path: Path) -> None:
     run = tmp_path / "run"
     train = subprocess.run(
         [sys.executable, "-m", "robotrl.cli.main", "train", "env=inverted_pendulum",
-         "num_envs=4", "total_steps=256", "algo.num_steps=16", f"run_dir={run}",
+         "num_envs=4", "total_steps=256", "algo.rollout_steps=16", f"run_dir={run}",
          "logger.progress=false", "eval_episodes=2"],
         capture_output=True, text=True, timeout=300,
     )
@@ -127,7 +127,7 @@ def test_cli_train_then_eval(tmp_path: Path) -> None:
 
 def test_cli_resume_accepts_the_original_keys_and_refuses_changes(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    original = ["env=inverted_pendulum", "num_envs=4", "algo.num_steps=16", f"run_dir={run}",
+    original = ["env=inverted_pendulum", "num_envs=4", "algo.rollout_steps=16", f"run_dir={run}",
                 "logger.progress=false", "eval_episodes=2"]
 
     def train(*extra: str) -> subprocess.CompletedProcess:
@@ -158,7 +158,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path: Path) -> None:
     run = tmp_path / "run"
     proc = subprocess.Popen(
         [sys.executable, "-m", "robotrl.cli.main", "train", "env=inverted_pendulum", "num_envs=4",
-         "total_steps=100000000", "algo.num_steps=16", f"run_dir={run}", "logger.progress=false",
+         "total_steps=100000000", "algo.rollout_steps=16", f"run_dir={run}", "logger.progress=false",
          "checkpoint_interval=100000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},
@@ -188,7 +188,7 @@ def test_ctrl_c_saves_a_checkpoint(tmp_path: Path) -> None:
 def test_cli_multirun_writes_one_run_per_seed(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "robotrl.cli.main", "train", "-m", "env=inverted_pendulum",
-         "num_envs=2", "total_steps=32", "algo.num_steps=16", "seed=0,1",
+         "num_envs=2", "total_steps=32", "algo.rollout_steps=16", "seed=0,1",
          f"run_dir={tmp_path}/s${{seed}}", "logger.progress=false", "eval_episodes=1",
          f"hydra.sweep.dir={tmp_path}/sweep"],
         capture_output=True, text=True, timeout=300,
@@ -202,7 +202,7 @@ def test_cli_multirun_writes_one_run_per_seed(tmp_path: Path) -> None:
 def _multirun(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "robotrl.cli.main", "train", "-m", "env=inverted_pendulum",
-         "num_envs=2", "total_steps=64", "algo.num_steps=16", "logger.progress=false",
+         "num_envs=2", "total_steps=64", "algo.rollout_steps=16", "logger.progress=false",
          "eval_episodes=1", "backend.num_threads=1", f"hydra.sweep.dir={tmp_path}/sweep", *args],
         capture_output=True, text=True, timeout=300,
     )

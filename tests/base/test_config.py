@@ -96,3 +96,19 @@ def test_cli_reports_bad_type_before_training(tmp_path) -> None:
     )
     assert proc.returncode == 2, proc.stderr
     assert "num_envs: expected an integer" in proc.stderr
+
+
+@pytest.mark.parametrize("algo, new", [("ppo", "rollout_steps"), ("sac", "collect_steps"),
+                                       ("iql", "updates_per_iteration"), ("grpo", "horizon")])
+def test_num_steps_names_its_new_key(algo, new):
+    """``algo.num_steps`` meant four things; the command line names what it became."""
+    with pytest.raises(ConfigError, match=f"algo.num_steps was renamed: algo={algo} calls it "
+                                          f"algo.{new}"):
+        check_overrides([f"algo={algo}", "algo.num_steps=8"])
+    check_overrides([f"algo={algo}", f"algo.{new}=8"])
+
+
+def test_a_config_saved_before_the_rename_reads_with_the_new_key():
+    saved = to_dict(TrainConfig(algo=from_dict(TrainConfig, {"algo": {"name": "trpo"}}).algo))
+    saved["algo"]["num_steps"] = saved["algo"].pop("rollout_steps") + 3
+    assert from_dict(TrainConfig, saved).algo.rollout_steps == 131

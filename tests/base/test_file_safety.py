@@ -22,7 +22,7 @@ from robotrl.checkpoint import (
     upgrade_checkpoint,
 )
 
-SMALL_RUN = ["env=inverted_pendulum", "num_envs=4", "algo.num_steps=16", "logger=none",
+SMALL_RUN = ["env=inverted_pendulum", "num_envs=4", "algo.rollout_steps=16", "logger=none",
              "eval_episodes=2"]
 """A PPO run that takes seconds (``robotrl train`` overrides)."""
 

@@ -366,7 +366,7 @@ def test_train_config_fuzzed(cases: int) -> None:
     """A config read back from a checkpoint or a run directory: valid or a named error."""
     base = to_dict(from_dict(TrainConfig, {"algo": {"name": "ppo"}}))
     keys = st.sampled_from(sorted(base) + ["unknown"])
-    sub = st.sampled_from(["name", "lr", "num_steps", "task", "options", "hidden", "x"])
+    sub = st.sampled_from(["name", "lr", "rollout_steps", "task", "options", "hidden", "x"])
     edit = st.tuples(keys, st.one_of(JSON, st.dictionaries(sub, JSON, max_size=3)))
 
     def check(edits: list[tuple[str, Any]]) -> None:

@@ -27,7 +27,7 @@ from robotrl.types import BuildContext, Obs, policy_obs
 class TinyConfig:
     """A linear Gaussian policy trained by REINFORCE on immediate rewards."""
 
-    num_steps: int = 8
+    rollout_steps: int = 8
     """Steps per world per update."""
     learning_rate: float = 1e-2
     """Adam learning rate."""
@@ -106,11 +106,11 @@ def tiny() -> Iterator[str]:
 
 def test_tiny_algorithm_trains_through_the_build_path(tiny: str, tmp_path: Path) -> None:
     cfg = from_dict(TrainConfig, {
-        "algo": {"name": tiny, "num_steps": 8}, "env": {"task": "inverted_pendulum"},
+        "algo": {"name": tiny, "rollout_steps": 8}, "env": {"task": "inverted_pendulum"},
         "logger": {"tensorboard": False, "progress": False}, "num_envs": 4,
         "total_steps": 4 * 8 * 3, "run_dir": str(tmp_path), "eval_episodes": 2,
     })
-    assert to_dict(cfg)["algo"] == {"name": "tiny", "num_steps": 8, "learning_rate": 1e-2,
+    assert to_dict(cfg)["algo"] == {"name": "tiny", "rollout_steps": 8, "learning_rate": 1e-2,
                                     "std": 0.5}
     seed_everything(0)
     runner = build_runner(cfg)

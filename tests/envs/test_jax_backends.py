@@ -268,7 +268,7 @@ def _ppo_runner(tmp_path: Path, backend: str, randomization: str = "none") -> ob
     from robotrl.seeding import seed_everything
 
     cfg = from_dict(TrainConfig, {
-        "algo": {"name": "ppo", "num_steps": 8, "actor_hidden": [16], "critic_hidden": [16]},
+        "algo": {"name": "ppo", "rollout_steps": 8, "actor_hidden": [16], "critic_hidden": [16]},
         "env": {"task": "inverted_pendulum", "options": {}},
         "backend": {"name": backend},
         "logger": {"tensorboard": False, "progress": False, "log_interval": 1},

@@ -320,7 +320,7 @@ def test_config_round_trip_and_overrides() -> None:
 def test_cli_train_with_randomization(tmp_path: Path) -> None:
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "robotrl.cli.main", "train", "env=hopper",
-           "randomization=locomotion", "total_steps=512", "num_envs=8", "algo.num_steps=16",
+           "randomization=locomotion", "total_steps=512", "num_envs=8", "algo.rollout_steps=16",
            "eval_episodes=2", "logger.progress=false", "logger.tensorboard=false",
            f"run_dir={run}", "backend.num_threads=1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -351,7 +351,7 @@ def test_gap_cli_on_a_checkpoint(tmp_path: Path) -> None:
     from robotrl.experiment import run_training
 
     cfg = from_dict(TrainConfig, {
-        "algo": {"name": "ppo", "num_steps": 8, "actor_hidden": [16], "critic_hidden": [16]},
+        "algo": {"name": "ppo", "rollout_steps": 8, "actor_hidden": [16], "critic_hidden": [16]},
         "env": {"task": "inverted_pendulum", "options": {}}, "randomization": {
             "body_mass": {"low": 0.8, "high": 1.2}},
         "logger": {"tensorboard": False, "progress": False, "log_interval": 1},
@@ -377,7 +377,7 @@ def test_training_resume_with_randomization_is_exact(tmp_path: Path) -> None:
 
     def runner(run: str, total: int) -> object:
         cfg = from_dict(TrainConfig, {
-            "algo": {"name": "ppo", "num_steps": 8, "actor_hidden": [16], "critic_hidden": [16]},
+            "algo": {"name": "ppo", "rollout_steps": 8, "actor_hidden": [16], "critic_hidden": [16]},
             "env": {"task": "inverted_pendulum", "options": {"max_episode_steps": 20}},
             "randomization": {"body_mass": {"low": 0.5, "high": 1.5}, "obs_noise": 0.05,
                               "action_delay_max": 2, "push_velocity": 0.2,

@@ -78,7 +78,7 @@ REPLY = "d3rlpy-peer:"
 
 OBS, ACT, BATCH, UPDATES, SAMPLES = 5, 3, 32, 4, 10
 HIDDEN = (16, 16)
-COMMON = {"hidden": HIDDEN, "batch_size": BATCH, "num_steps": UPDATES, "normalize_obs": False,
+COMMON = {"hidden": HIDDEN, "batch_size": BATCH, "updates_per_iteration": UPDATES, "normalize_obs": False,
           "gamma": 0.99, "tau": 0.05, "actor_lr": 3e-3, "critic_lr": 3e-3}
 D3_COMMON = {"batch_size": BATCH, "gamma": 0.99, "tau": 0.05, "actor_learning_rate": 3e-3,
              "critic_learning_rate": 3e-3}

@@ -283,7 +283,7 @@ def test_rebrac_matches_corl(case: str, close: Close) -> None:
     truncated rows kept) against the same math with those choices."""
     check = Checker(close, "ReBRAC")
     switches = CORL_REBRAC if case == "corl" else {}
-    cfg = ReBRACConfig(num_steps=1, batch_size=24, hidden=(16, 16, 16), actor_bc_coef=0.3,
+    cfg = ReBRACConfig(updates_per_iteration=1, batch_size=24, hidden=(16, 16, 16), actor_bc_coef=0.3,
                        critic_bc_coef=0.2, **switches)  # type: ignore[arg-type]
     ours = ReBRAC(OBS, -torch.ones(ACT), torch.ones(ACT), cfg, seed=3)
     data, raw = episodes_dataset()
@@ -386,7 +386,7 @@ def test_td3bc_mcep_matches_the_paper(close: Close) -> None:
     """TD3+BC-MCEP: TD3+BC's critic and target policy (alpha 2.5) and the evaluation policy
     (alpha 10, egg-west/MCEP ``td3_bc_ep``), K = 6 updates (3 actor steps)."""
     check = Checker(close, "TD3+BC-MCEP")
-    cfg = TD3BCMCEPConfig(num_steps=1, batch_size=24, hidden=(16, 16), normalize_obs=False)
+    cfg = TD3BCMCEPConfig(updates_per_iteration=1, batch_size=24, hidden=(16, 16), normalize_obs=False)
     ours = TD3BCMCEP(OBS, -torch.ones(ACT), torch.ones(ACT), cfg, seed=5)
     data, raw = episodes_dataset(1)
     ours.attach(data)
@@ -461,7 +461,7 @@ def test_awac_mcep_matches_the_paper(close: Close) -> None:
     clipped at 1000) and the evaluation policy of MCEP eq. 8 (``awac_ep``: -min(mean_e Q_e,
     1e4) - 0.6 log pi(a_data)), on our AWAC's Gaussian policy, K = 4 updates."""
     check = Checker(close, "AWAC-MCEP")
-    cfg = AWACMCEPConfig(num_steps=1, batch_size=24, hidden=(16, 16), normalize_obs=False)
+    cfg = AWACMCEPConfig(updates_per_iteration=1, batch_size=24, hidden=(16, 16), normalize_obs=False)
     ours = AWACMCEP(OBS, -torch.ones(ACT), torch.ones(ACT), cfg, seed=7)
     data, raw = episodes_dataset(2)
     ours.attach(data)

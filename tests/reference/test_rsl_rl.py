@@ -83,7 +83,7 @@ def _build(monkeypatch: pytest.MonkeyPatch) -> tuple[PPO, RslPPO]:
                         torch.distributions.Distribution._validate_args)
     torch.manual_seed(0)
     cfg = PPOConfig(
-        num_steps=STEPS, num_epochs=EPOCHS, num_minibatches=MINIBATCHES, gamma=GAMMA,
+        rollout_steps=STEPS, num_epochs=EPOCHS, num_minibatches=MINIBATCHES, gamma=GAMMA,
         gae_lambda=LAM, clip_low=CLIP, clip_high=CLIP, value_clip=CLIP,
         value_coef=2 * VALUE_COEF, entropy_coef=ENT, max_grad_norm=MAX_NORM, learning_rate=LR,
         lr_schedule="adaptive", desired_kl=DESIRED_KL, actor_hidden=HIDDEN,

@@ -145,7 +145,7 @@ def _build_trpo(target_kl: float, line_search_steps: int, damping: float, cg_ite
     lr, epochs, gamma, lam = 3e-3, 3, 0.97, 0.9
     torch.manual_seed(0)
     cfg = TRPOConfig(
-        num_steps=STEPS, gamma=gamma, gae_lambda=lam, max_kl=target_kl * ACT, cg_iters=cg_iters,
+        rollout_steps=STEPS, gamma=gamma, gae_lambda=lam, max_kl=target_kl * ACT, cg_iters=cg_iters,
         cg_damping=damping * ACT, reverse_kl=True, fvp_fraction=1.0,
         line_search_steps=line_search_steps, backtrack=0.8, critic_lr=lr, critic_epochs=epochs,
         critic_minibatches=MINIBATCHES, value_coef=2.0, normalize_advantages=True,

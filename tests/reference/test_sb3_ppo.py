@@ -103,7 +103,7 @@ class _Float64Numpy:
 
 def _ours_cfg() -> PPOConfig:
     return PPOConfig(
-        num_steps=STEPS, num_epochs=EPOCHS, num_minibatches=MINIBATCHES, gamma=GAMMA,
+        rollout_steps=STEPS, num_epochs=EPOCHS, num_minibatches=MINIBATCHES, gamma=GAMMA,
         gae_lambda=LAM, clip_low=CLIP, clip_high=CLIP, value_clip=0.0, value_coef=2 * VF,
         entropy_coef=ENT, max_grad_norm=MAX_NORM, learning_rate=LR, lr_schedule="fixed",
         actor_hidden=HIDDEN, critic_hidden=HIDDEN, activation="tanh", normalize_obs=False,

@@ -53,8 +53,8 @@ def _per_rank(key: str) -> bool:
     return key.endswith(PER_RANK) or key.startswith("/replay/")
 
 ALGOS = {  # (overrides, total_steps, global_step at the end)
-    "ppo": (("env=inverted_pendulum", "num_envs=8", "algo.num_steps=32"), 2048, 2048),
-    "sac": (("algo=sac", "env=inverted_pendulum", "num_envs=4", "algo.num_steps=8",
+    "ppo": (("env=inverted_pendulum", "num_envs=8", "algo.rollout_steps=32"), 2048, 2048),
+    "sac": (("algo=sac", "env=inverted_pendulum", "num_envs=4", "algo.collect_steps=8",
              "algo.learning_starts=128", "algo.batch_size=64", "algo.actor_hidden=[32]",
              "algo.critic_hidden=[32]"), 512, 512),  # 128 updates per rank after warm-up
     # 2 ranks x 8 worlds x 50-step reacher episodes: 800 steps a round, 2 rounds
@@ -88,7 +88,7 @@ def test_ranks_keep_identical_learners_on_different_worlds(tmp_path: Path, algo:
 @pytest.mark.slow  # three torchrun launches (18-25 s on 2 cores, mostly start-up); the default
 # run keeps exact resume in one process (tests/app/test_train.py) and the two-rank runs above
 def test_two_ranks_resume_exactly(tmp_path: Path) -> None:
-    args = ("env=inverted_pendulum", "num_envs=4", "algo.num_steps=32", "eval_episodes=2",
+    args = ("env=inverted_pendulum", "num_envs=4", "algo.rollout_steps=32", "eval_episodes=2",
             "eval_interval=0")
     _torchrun(2, *args, "total_steps=1024", f"run_dir={tmp_path / 'whole'}")
     _torchrun(2, *args, "total_steps=512", f"run_dir={tmp_path / 'cut'}")
@@ -120,7 +120,7 @@ def test_two_ranks_learn_like_one_process_with_twice_the_worlds(tmp_path: Path) 
     import json
     import statistics
 
-    common = ("env=inverted_pendulum", "algo.num_steps=32", "total_steps=12288",
+    common = ("env=inverted_pendulum", "algo.rollout_steps=32", "total_steps=12288",
               "eval_episodes=8", "eval_interval=0", "algo.actor_hidden=[64,64]",
               "algo.critic_hidden=[64,64]", "backend.num_threads=1")
     returns: dict[str, list[float]] = {"two": [], "one": []}

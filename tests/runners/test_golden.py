@@ -32,11 +32,11 @@ OTHER_BUILD_RTOL = 1e-3
 """Relative tolerance of metrics on a torch build other than the recording one."""
 
 RUNS: dict[str, dict[str, Any]] = {
-    "ppo": {"num_steps": 16, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
+    "ppo": {"rollout_steps": 16, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
             "num_epochs": 2},
-    "trpo": {"num_steps": 16, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
+    "trpo": {"rollout_steps": 16, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
              "critic_minibatches": 4, "critic_epochs": 2},
-    "sac": {"num_steps": 8, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
+    "sac": {"collect_steps": 8, "actor_hidden": [32, 32], "critic_hidden": [32, 32],
             "batch_size": 64, "learning_starts": 256, "actor_update_interval": 2},
 }
 """Per-algorithm settings: small networks, every code path of the update exercised."""

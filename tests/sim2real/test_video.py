@@ -115,7 +115,7 @@ def test_train_and_eval_write_videos_of_the_robot(gl: None, tmp_path: Path) -> N
     import imageio.v2 as imageio
 
     run = tmp_path / "run"
-    train = _robotrl("train", "env=hopper", "num_envs=2", "total_steps=64", "algo.num_steps=16",
+    train = _robotrl("train", "env=hopper", "num_envs=2", "total_steps=64", "algo.rollout_steps=16",
                      "eval_interval=1", "eval_episodes=1", "logger.video=true",
                      "logger.progress=false", f"run_dir={run}")
     assert train.returncode == 0, train.stderr
@@ -144,7 +144,7 @@ def test_video_without_gl_says_how_to_get_it(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "DISPLAY",
                                                            "WAYLAND_DISPLAY")}
     train = _robotrl("train", "env=inverted_pendulum", "num_envs=2", "total_steps=32",
-                     "algo.num_steps=16", "logger.video=true", "logger.progress=false",
+                     "algo.rollout_steps=16", "logger.video=true", "logger.progress=false",
                      f"run_dir={run}", env=env)
     if train.returncode == 0:
         pytest.skip("a default OpenGL context works here without MUJOCO_GL")

@@ -163,7 +163,7 @@ def test_token_bc_learns_demonstrated_chunks() -> None:
     data = collect(base, lambda obs: base.task.expert(base.sim, gen, 0.1), 640,
                    DatasetCard(task="robotrl/Tabletop"), 0, 0.0, False, GROUPS)
     env = ActionChunks(base, 2)
-    bc = TokenBC(_policy(env, chunk=2), env.spec, BCConfig(num_steps=40, batch_size=64,
+    bc = TokenBC(_policy(env, chunk=2), env.spec, BCConfig(updates_per_iteration=40, batch_size=64,
                                                            actor_lr=3e-3), seed=0)
     bc.attach(data)
     # a row's label is its own action then the next one, within the episode

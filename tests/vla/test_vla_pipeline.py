@@ -70,7 +70,7 @@ def test_collect_rejects_bad_task_options(tmp_path: Path,
 
 def test_bc_then_grpo_evaluates_test_states_and_held_out_instructions(
         demos: str, tmp_path: Path) -> None:
-    bc = _run(tmp_path / "bc", {"name": "bc", "num_steps": 20, "batch_size": 64,
+    bc = _run(tmp_path / "bc", {"name": "bc", "updates_per_iteration": 20, "batch_size": 64,
                                 "actor_lr": 3e-3}, dataset=demos, total_steps=40,
               eval_episodes=8)
     seed_everything(0)
@@ -118,7 +118,7 @@ def test_grpo_raises_the_success_of_a_bc_policy_on_a_tiny_task(demos: str, tmp_p
     policy's sampled rollouts on those states succeeding ~2% of the time; 16 GRPO iterations
     (40,960 decisions) raise that success rate, the quantity GRPO maximizes (measured with
     seeds 0-2: 0.02 -> 0.20-0.46)."""
-    bc = _run(tmp_path / "bc", {"name": "bc", "num_steps": 20, "batch_size": 64,
+    bc = _run(tmp_path / "bc", {"name": "bc", "updates_per_iteration": 20, "batch_size": 64,
                                 "actor_lr": 3e-3}, dataset=demos, total_steps=1500,
               eval_episodes=8, seed=1)
     seed_everything(1)
