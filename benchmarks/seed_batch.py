@@ -1,0 +1,196 @@
+"""Seed-batched TD3+BC (``robotrl.algos.offline.seed_batch``) against separate processes.
+
+    python benchmarks/seed_batch.py                      # S=5, 500 updates per seed, 3 repeats
+    python benchmarks/seed_batch.py --seeds 5 --updates 1000 --repeats 5
+
+The same work both ways: S seeds of TD3+BC with the default sizes (256x256 networks, batch
+256) on a synthetic dataset with Hopper's shapes (obs 11, act 3, 100k rows; no files), each
+seed ``--updates`` gradient updates:
+
+* ``separate``: S single-seed processes (one torch thread each), ``--parallel`` (2: the cores
+  here) at a time;
+* ``batched``: one process training the S seeds as one batch, with 1 and with 2 torch threads
+  (``batched_2threads_active``: 2 threads with ``OMP_WAIT_POLICY=ACTIVE``, whatever the
+  environment says; the other workers inherit the environment's policy).
+
+Each configuration runs as fresh subprocesses, interleaved within a repeat so that they share
+the host's load; the figure is seed-updates per second of wall clock (S x updates / wall
+time from the first launch to the last exit, process start-up included), with the in-loop rate
+(timed inside the workers, after 20 warm-up updates) beside it. Min and median over repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from common import banner, check, machine_meta, print_checks, warn_if_loaded, write_json
+from rich.console import Console
+
+console = Console()
+WARMUP = 20
+
+
+def synthetic(rows: int, obs_dim: int, act_dim: int) -> Any:
+    import torch
+
+    from robotrl.data import Dataset, DatasetCard
+
+    g = torch.Generator().manual_seed(0)
+    return Dataset(torch.randn(rows, obs_dim, generator=g),
+                   torch.rand(rows, act_dim, generator=g) * 2 - 1,
+                   torch.randn(rows, generator=g), torch.randn(rows, obs_dim, generator=g),
+                   torch.arange(rows) % 1000 == 999, torch.zeros(rows, dtype=torch.bool),
+                   torch.arange(0, rows, 1000), DatasetCard(task="", kind="medium"))
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One measured process: a single seed (``--seed``) or the batch of ``--seeds``."""
+    import torch
+
+    from robotrl.algos.offline.seed_batch import SeedBatchTD3BC
+    from robotrl.algos.offline.td3bc import TD3BC, TD3BCConfig
+    from robotrl.seeding import seed_everything
+
+    torch.set_num_threads(args.threads)
+    data = synthetic(args.rows, args.obs_dim, args.act_dim)
+    low, high = -torch.ones(args.act_dim), torch.ones(args.act_dim)
+    cfg = TD3BCConfig(updates_per_iteration=WARMUP)
+    if args.worker == "solo":
+        seed_everything(args.seed)
+        learner: Any = TD3BC(args.obs_dim, low, high, cfg, seed=args.seed)
+    else:
+        learner = SeedBatchTD3BC.create(args.obs_dim, low, high, cfg, range(args.seeds))
+    learner.attach(data)
+    learner.update()
+    cfg.updates_per_iteration = args.updates
+    t0 = time.perf_counter()
+    learner.update()
+    print(json.dumps({"loop_s": time.perf_counter() - t0}))
+
+
+def launch(args: argparse.Namespace, extra: list[str], threads: int,
+           wait_policy: str | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, __file__, "--updates", str(args.updates), "--rows", str(args.rows),
+           "--threads", str(threads), *extra]
+    env = dict(os.environ)
+    if wait_policy is not None:
+        env["OMP_WAIT_POLICY"] = wait_policy
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def finish(proc: subprocess.Popen) -> float:
+    out, _ = proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"worker {proc.args} failed ({proc.returncode})")
+    return float(json.loads(out.strip().splitlines()[-1])["loop_s"])
+
+
+def separate(args: argparse.Namespace) -> dict[str, float]:
+    """S single-seed processes, ``args.parallel`` at a time."""
+    t0 = time.perf_counter()
+    pending = list(range(args.seeds))
+    running: list[subprocess.Popen] = []
+    loops: list[float] = []
+    while pending or running:
+        while pending and len(running) < args.parallel:
+            running.append(launch(args, ["--worker", "solo", "--seed", str(pending.pop(0))], 1))
+        done = next((p for p in running if p.poll() is not None), None)
+        if done is None:
+            time.sleep(0.01)
+            continue
+        running.remove(done)
+        loops.append(finish(done))
+    wall = time.perf_counter() - t0
+    work = args.seeds * args.updates
+    # in-loop: the seeds' loops spread over the parallel slots
+    return {"wall_s": wall, "seed_updates_per_s": work / wall,
+            "loop_seed_updates_per_s": work / (sum(loops) / args.parallel)}
+
+
+def batched(args: argparse.Namespace, threads: int,
+            wait_policy: str | None = None) -> dict[str, float]:
+    t0 = time.perf_counter()
+    loop = finish(launch(args, ["--worker", "batch", "--seeds", str(args.seeds)], threads,
+                         wait_policy))
+    wall = time.perf_counter() - t0
+    work = args.seeds * args.updates
+    return {"wall_s": wall, "seed_updates_per_s": work / wall,
+            "loop_seed_updates_per_s": work / loop}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--updates", type=int, default=500, help="gradient updates per seed")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--parallel", type=int, default=2, help="separate processes at a time")
+    p.add_argument("--rows", type=int, default=100_000)
+    p.add_argument("--obs-dim", type=int, default=11)
+    p.add_argument("--act-dim", type=int, default=3)
+    p.add_argument("--out", default="benchmarks/figures/seed_batch.json")
+    p.add_argument("--worker", choices=("solo", "batch"), help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    console.print(banner("seed-batched TD3+BC vs separate processes",
+                         f"S={args.seeds}, {args.updates} updates per seed, 256x256, batch 256",
+                         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"))
+    load_before = warn_if_loaded(console)
+    configs = {"separate": lambda: separate(args), "batched_1thread": lambda: batched(args, 1),
+               "batched_2threads": lambda: batched(args, 2),
+               "batched_2threads_active": lambda: batched(args, 2, "ACTIVE")}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
+    for r in range(args.repeats):
+        for name, run in configs.items():
+            result = run()
+            runs[name].append(result)
+            console.print(f"repeat {r}: {name:24s} {result['seed_updates_per_s']:7.1f} "
+                          f"seed-updates/s (wall {result['wall_s']:.1f} s; in-loop "
+                          f"{result['loop_seed_updates_per_s']:.1f})")
+    summary: dict[str, dict[str, float]] = {}
+    for name, results in runs.items():
+        rates = [x["seed_updates_per_s"] for x in results]
+        loops = [x["loop_seed_updates_per_s"] for x in results]
+        summary[name] = {"min": min(rates), "median": statistics.median(rates),
+                         "max": max(rates), "loop_median": statistics.median(loops)}
+    base = summary["separate"]["median"]
+    loop_base = summary["separate"]["loop_median"]
+    contestants = [name for name in summary if name != "separate"]
+    best = max(contestants, key=lambda n: summary[n]["median"])
+    ratio = summary[best]["median"] / base
+    loop_best = max(contestants, key=lambda n: summary[n]["loop_median"])
+    loop_ratio = summary[loop_best]["loop_median"] / loop_base
+    for name, s in summary.items():
+        console.print(f"{name:24s} median {s['median']:7.1f} seed-updates/s (min {s['min']:.1f});"
+                      f" x{s['median'] / base:.2f} of separate | in-loop median "
+                      f"{s['loop_median']:.1f}, x{s['loop_median'] / loop_base:.2f}")
+    # wall clock counts each process's start-up (imports, dataset): S of them against one, so
+    # the wall ratio grows as --updates shrinks; the in-loop ratio is the training itself
+    checks = [check(f"wall clock: batched ({best}) >= 1.5x separate processes",
+                    round(ratio, 3), ratio >= 1.5),
+              check(f"in-loop: batched ({loop_best}) >= 1.5x separate processes",
+                    round(loop_ratio, 3), loop_ratio >= 1.5)]
+    print_checks(console, checks, lambda c: f": x{c['value']}")
+    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    write_json(args.out, {"meta": {**machine_meta(), "load_before": load_before,
+                                   "load_after": load_after,
+                                   "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")},
+                          "args": {k: v for k, v in vars(args).items()
+                                   if k not in ("worker", "seed", "threads")},
+                          "runs": runs, "summary": summary, "ratio": ratio,
+                          "loop_ratio": loop_ratio, "checks": checks},
+               console)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""Seed-batched TD3+BC (issue 46): every seed of a batch is the run of that seed alone, and a
+diverging seed is stopped without stopping the others."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from robotrl.algos.offline.seed_batch import SeedBatchTD3BC
+from robotrl.algos.offline.td3bc import TD3BC, TD3BCConfig
+from robotrl.data import Dataset, DatasetCard
+from robotrl.seeding import seed_everything
+
+SEEDS = (3, 7, 11)
+TOL = 1e-10
+
+
+@pytest.fixture(autouse=True)
+def float64_one_thread() -> Iterator[None]:
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
+    yield
+    torch.set_default_dtype(dtype)
+    torch.set_num_threads(threads)
+
+
+def dataset(n: int = 400) -> Dataset:
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randn(n, 5, generator=g) * 3 + 1
+    action = torch.rand(n, 2, generator=g) * 4 - 2  # bounds [-2, 2]
+    ends = torch.arange(n) % 20 == 19
+    terminated = torch.arange(n) % 40 == 39
+    return Dataset(obs, action, torch.randn(n, generator=g), torch.randn(n, 5, generator=g),
+                   terminated, ends & ~terminated, torch.arange(0, n, 20),
+                   DatasetCard(task="", kind="medium"))
+
+
+def config(**over: object) -> TD3BCConfig:
+    return TD3BCConfig(**{"updates_per_iteration": 4, "batch_size": 32, "hidden": (16, 16),
+                          **over})
+
+
+def solo(seed: int, cfg: TD3BCConfig, data: Dataset) -> TD3BC:
+    seed_everything(seed)
+    learner = TD3BC(5, -2 * torch.ones(2), 2 * torch.ones(2), cfg, seed=seed)
+    learner.attach(data)
+    return learner
+
+
+def state(learner: TD3BC) -> dict[str, torch.Tensor]:
+    """Every network parameter, Adam moment and step count, and the generator state."""
+    out: dict[str, torch.Tensor] = {}
+    for net in ("actor", "critic", "actor_target", "critic_target"):
+        for name, p in getattr(learner, net).named_parameters():
+            out[f"{net}.{name}"] = p.detach().clone()
+    for net in ("actor", "critic"):
+        opt = getattr(learner, f"{net}_opt")
+        for name, p in getattr(learner, net).named_parameters():
+            for key, value in opt.state[p].items():
+                out[f"{net}_opt.{name}.{key}"] = value.detach().clone().double()
+    out["generator"] = learner.generator.get_state().double()
+    out["num_updates"] = torch.tensor(float(learner.num_updates))
+    return out
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    worst = 0.0
+    for key in a:
+        assert a[key].shape == b[key].shape, key
+        assert torch.isfinite(a[key]).all() and torch.isfinite(b[key]).all(), key
+        worst = max(worst, (a[key] - b[key]).abs().max().item())
+    return worst
+
+
+@pytest.mark.parametrize("over", [{}, {"actor_on_first_update": True,
+                                       "lagged_actor_target": True, "policy_freq": 3}])
+def test_every_seed_is_its_solo_run(over: dict[str, object]) -> None:
+    """Two calls of 4 updates (the delayed actor and target updates run, and the second call
+    continues from the Adam state written back after the first): every parameter, target,
+    Adam moment, step count and generator state of every seed equals that seed trained alone,
+    and so do the metrics."""
+    cfg, data = config(**over), dataset()
+    batch = SeedBatchTD3BC([solo(s, cfg, data) for s in SEEDS])
+    alone = [solo(s, cfg, data) for s in SEEDS]
+    for _ in range(2):
+        metrics = batch.update()
+        solo_metrics = [learner.update() for learner in alone]
+    worst = 0.0
+    for i in range(len(SEEDS)):
+        worst = max(worst, max_diff(state(batch.learners[i]), state(alone[i])))
+        assert metrics[i].keys() == solo_metrics[i].keys()
+        for key, value in metrics[i].items():
+            # the solo learner averages its metrics in float32
+            assert value == pytest.approx(solo_metrics[i][key], rel=1e-6, abs=1e-9), key
+    assert worst < TOL, worst
+    assert not batch.stopped
+    print(f"max |batched - solo| = {worst:.3e}")
+
+
+@pytest.mark.parametrize(("net", "update", "metric"), [("critic", 5, "loss/critic"),
+                                                        ("actor", 6, "loss/actor")])
+def test_a_diverging_seed_is_stopped_alone(net: str, update: int, metric: str) -> None:
+    """Seed 1 poisoned (a NaN weight) after 4 updates: its critic loss is NaN at update 5, or,
+    poisoning its actor, its actor loss at update 6 (the first actor update of the call)."""
+    cfg, data = config(), dataset()
+    batch = SeedBatchTD3BC([solo(s, cfg, data) for s in SEEDS])
+    alone = [solo(s, cfg, data) for s in SEEDS]
+    batch.update()
+    for learner in alone:
+        learner.update()
+    kept = state(batch.learners[1])
+    with torch.no_grad():  # poison seed 1
+        next(getattr(batch.learners[1], net).parameters()).view(-1)[0] = float("nan")
+    metrics = batch.update()
+    assert sorted(metrics) == [0, 2]
+    stop = batch.stopped[1]
+    assert (stop.seed, stop.update, stop.metric, stop.last_good) == (1, update, metric, 4)
+    assert "seed 1" in stop.message() and metric in stop.message()
+    # the stopped seed keeps its last good state (the poisoned weight aside)
+    poisoned = state(batch.learners[1])
+    key = f"{net}.net.0.weight"
+    assert torch.isnan(poisoned[key].view(-1)[0])
+    poisoned[key].view(-1)[0] = kept[key].view(-1)[0]
+    assert max_diff(poisoned, kept) == 0.0
+    # the others go on as alone, now as a batch of two
+    batch.update()
+    for learner in (alone[0], alone[2]):
+        learner.update()
+        learner.update()
+    for i in (0, 2):
+        assert max_diff(state(batch.learners[i]), state(alone[i])) < TOL
+    assert batch.active == [0, 2] and batch.learners[1].num_updates == 4
+
+
+def test_checkpoints_are_ordinary_td3bc_checkpoints() -> None:
+    cfg, data = config(), dataset()
+    batch = SeedBatchTD3BC([solo(s, cfg, data) for s in SEEDS[:2]])
+    batch.update()
+    resumed = solo(SEEDS[1], cfg, data)
+    resumed.load_state_dict(batch.learners[1].state_dict())
+    batch.update()
+    resumed.update()
+    assert max_diff(state(batch.learners[1]), state(resumed)) < TOL
