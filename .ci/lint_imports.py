@@ -17,7 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI (the dev extra)
+    import tomli as tomllib
+
 
 ROOT = Path(__file__).resolve().parents[1]
 
