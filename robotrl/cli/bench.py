@@ -46,34 +46,30 @@ def _parse(argv: list[str]) -> tuple[str, str, dict[str, Any], dict[str, Any], l
     return action, path, fields, parse_kv(options, OPTIONS), hydra_args, check
 
 
-def _merged(grid: Any) -> list[dict[str, Any]]:
-    """This machine's records, with the results file's for cells not run here."""
+def _merged(grid: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(this grid's records: this machine's, with the results file's for cells not run here;
+    the results file's records of cells outside this invocation's grid, e.g. ``seeds=[0]``)."""
     from robotrl.bench.harness import collect
 
     records = collect(grid)
     path = grid.results_path
-    if path.is_file():
-        saved = {_key(r): r for r in json.loads(path.read_text()).get("records", [])
-                 if "final" in r}
-        records = [saved.get(_key(r), r) if "missing" in r else r for r in records]
-    return records
+    saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
+    done = {_key(r): r for r in saved if "final" in r}
+    records = [done.get(_key(r), r) if "missing" in r else r for r in records]
+    mine = {_key(r) for r in records}
+    return records, [r for r in saved if _key(r) not in mine]
 
 
 def _key(r: dict[str, Any]) -> tuple[Any, ...]:
     return r["runner"], r["algo"], r["target"], r["seed"], r["budget"]
 
 
-def write_results(grid: Any, records: list[dict[str, Any]]) -> None:
+def write_results(grid: Any, records: list[dict[str, Any]], kept: list[dict[str, Any]]) -> None:
+    """The grid's results file: every finished record, the ``kept`` ones first."""
     from robotrl.checkpoint import write_json
 
-    finished = [r for r in records if "final" in r]
-    mine = {_key(r) for r in records}
-    path = grid.results_path
-    if path.is_file():  # records of cells outside this invocation's grid (seeds=[0]) stay
-        kept = [r for r in json.loads(path.read_text()).get("records", [])
-                if _key(r) not in mine]
-        finished = kept + finished
-    write_json(path, {"grid": grid.name, "records": finished}, indent=1)
+    finished = kept + [r for r in records if "final" in r]
+    write_json(grid.results_path, {"grid": grid.name, "records": finished}, indent=1)
 
 
 def _check_cards(datasets: list[str]) -> None:
@@ -126,7 +122,7 @@ def bench_main(argv: list[str]) -> None:
         except ValueError as err:
             raise SystemExit(f"bench error: {err}") from None
         console.print(f"ran in {seconds / 60:.1f} min")
-    records = _merged(grid)
+    records, kept = _merged(grid)
     machines = sorted({r["machine"] for r in records if r.get("machine")})
     text, _ = report(grid, records, machines, with_figures=options.get("figures", not check))
     if check:
@@ -137,7 +133,7 @@ def bench_main(argv: list[str]) -> None:
             raise SystemExit(1)
         print(f"{grid.report_path} matches {grid.results_path}")
         return
-    write_results(grid, records)
+    write_results(grid, records, kept)
     grid.report_path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_open(grid.report_path, "w") as f:
         f.write(text)
