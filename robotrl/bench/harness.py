@@ -28,7 +28,8 @@ from typing import Any
 
 from robotrl.bench.grid import ROBOTRL, Cell, Grid
 from robotrl.checkpoint import write_json
-from robotrl.experiment import RESULT_FILE, Experiment, RunDir
+from robotrl.experiment import RESULT_FILE, Experiment, RunDir, compose, config_digest
+from robotrl.experiment.run import config_fields
 
 LAUNCHERS = {"basic": "", "joblib": "hydra_plugins.hydra_joblib_launcher",
              "submitit_local": "hydra_plugins.hydra_submitit_launcher",
@@ -47,11 +48,47 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 
 def finished(grid: Grid, cell: Cell) -> dict[str, Any] | None:
-    """The cell's ``result.json`` if it reached its budget, else None."""
+    """The cell's ``result.json`` if it reached its budget with the config the grid composes
+    today, else None (a run whose config has ``changed`` since is not this cell's result)."""
     done = read_json(grid.run_dir(cell) / RESULT_FILE)
     if done is None or done.get("total_steps") != cell.budget or done["step"] < cell.budget:
         return None
-    return done
+    return None if changed(grid, cell) else done
+
+
+def composed(grid: Grid, cell: Cell) -> Any:
+    """The ``TrainConfig`` a robotrl cell trains with today (tuned files and defaults as they
+    are now), or None where it cannot be composed here (an offline cell without its dataset)."""
+    try:
+        return compose([o for o in cell_overrides(grid, cell) if not o.startswith("resume=")])
+    except Exception:  # noqa: BLE001 - unknown, not wrong: the caller keeps what it has
+        return None
+
+
+def changed(grid: Grid, cell: Cell) -> list[str]:
+    """``key: old -> new`` for every config field in which the cell's run (its ``config.yaml``)
+    differs from what the grid composes today: a tuned file or a default changed since it ran.
+    Empty for a matching run, a cell not yet run, or a peer's cell."""
+    run = grid.run_dir(cell)
+    if cell.runner != ROBOTRL or not (run / "config.yaml").is_file():
+        return []
+    now = composed(grid, cell)
+    if now is None:
+        return []
+    old, new = config_fields(RunDir(run).config), config_fields(now)
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys())
+            if old.get(k) != new.get(k)]
+
+
+def current(grid: Grid, cell: Cell, record: dict[str, Any]) -> bool:
+    """Whether a saved record (a results file's) is of the config the cell composes today: its
+    ``config`` digest matches, or it has none to check (records written before digests; peers)
+    or the cell cannot be composed here."""
+    digest = record.get("config")
+    if digest is None or cell.runner != ROBOTRL:
+        return True
+    now = composed(grid, cell)
+    return now is None or config_digest(now) == digest
 
 
 def cell_overrides(grid: Grid, cell: Cell) -> list[str]:
@@ -97,6 +134,14 @@ def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
     run = grid.run_dir(cell)
     done = finished(grid, cell)
     if done is None:
+        diff = changed(grid, cell)
+        if diff:  # never resumed or reused under another config: set aside, start over
+            aside = run.with_name(run.name + ".stale")
+            shutil.rmtree(aside, ignore_errors=True)
+            run.rename(aside)
+            console.print(f"[yellow]{cell.label}: the config changed since it ran "
+                          f"({'; '.join(diff[:4])}{'; ...' if len(diff) > 4 else ''}); "
+                          f"its run moved to {aside}, starting over[/yellow]")
         run.mkdir(parents=True, exist_ok=True)
         try:
             if cell.runner == ROBOTRL:
@@ -197,7 +242,10 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
         done = finished(grid, cell)
         if done is None:
             failed = read_json(run / "failed.json")
-            records.append({**base, "missing": failed["error"] if failed else "not run"})
+            diff = changed(grid, cell)
+            why = (f"stale: the config changed since it ran ({'; '.join(diff)})" if diff
+                   else failed["error"] if failed else "not run")
+            records.append({**base, "missing": why})
             continue
         evals = [e for e in done.get("evaluations", []) if grid.metric in e]
         final = done["final"].get(grid.metric, float("nan"))
@@ -207,6 +255,8 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
                   "machine": done.get("machine", ""),
                   "curve": {"steps": [e["step"] for e in evals],
                             "score": [e[grid.metric] for e in evals]}}
+        if cell.runner == ROBOTRL:
+            record["config"] = done.get("config") or config_digest(RunDir(run).config)
         ope = read_json(run / "ope.json")
         if ope is not None:
             record["ope"] = ope

@@ -49,13 +49,26 @@ def _parse(argv: list[str]) -> tuple[str, str, dict[str, Any], dict[str, Any], l
 def _merged(grid: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(this grid's records: this machine's, with the results file's for cells not run here;
     the results file's records of cells outside this invocation's grid, e.g. ``seeds=[0]``)."""
-    from robotrl.bench.harness import collect
+    from robotrl.bench.harness import collect, current
 
     records = collect(grid)
     path = grid.results_path
     saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
     done = {_key(r): r for r in saved if "final" in r}
-    records = [done.get(_key(r), r) if "missing" in r else r for r in records]
+    cells = {_key(vars(c)): c for c in grid.cells()}
+
+    def reuse(r: dict[str, Any]) -> dict[str, Any]:
+        """A cell not finished here: the results file's record of it, unless that record is of
+        a config the cell no longer composes (then the cell stays missing, marked stale)."""
+        old = done.get(_key(r))
+        if old is None or current(grid, cells[_key(r)], old):
+            return old or r
+        if r["missing"].startswith("stale"):
+            return r
+        return {**r, "missing": "stale: the results file's record is of a config the grid no "
+                                "longer composes (a tuned file or a default changed)"}
+
+    records = [reuse(r) if "missing" in r else r for r in records]
     mine = {_key(r) for r in records}
     return records, [r for r in saved if _key(r) not in mine]
 
@@ -87,9 +100,22 @@ def _check_cards(datasets: list[str]) -> None:
                              "dataset collect ... expert=EXPERT.pt, or set metric: return_mean")
 
 
+def _indices(value: object, count: int) -> list[int]:
+    """``only=3,5,7`` or ``only=[3,5,7]`` (Hydra's list syntax) -> cell indices, checked."""
+    text = str(value).strip().removeprefix("[").removesuffix("]")
+    try:
+        only = [int(i) for i in text.split(",") if i.strip()]
+    except ValueError:
+        raise SystemExit(f"only= takes cell indices (`robotrl bench list GRID` numbers them), "
+                         f"e.g. only=3,5 or only=[3,5]; got {value!r}") from None
+    if not only or any(not 0 <= i < count for i in only):
+        raise SystemExit(f"only= indices must be in 0..{count - 1}, got {value!r}")
+    return only
+
+
 def bench_main(argv: list[str]) -> None:
     from robotrl.bench.grid import load_grid
-    from robotrl.bench.harness import finished, launch
+    from robotrl.bench.harness import changed, finished, launch
     from robotrl.bench.report import report
     from robotrl.checkpoint import atomic_open
     from robotrl.logging import console
@@ -102,14 +128,11 @@ def bench_main(argv: list[str]) -> None:
     cells = grid.cells()
     if action == "list":
         for i, cell in enumerate(cells):
-            state = "done" if finished(grid, cell) else "todo"
+            state = "done" if finished(grid, cell) else "stale" if changed(grid, cell) else "todo"
             console.print(f"{i:4d} {state} {cell.label} -> {grid.run_dir(cell)}")
         return
     if action == "run":
-        only = ([int(i) for i in str(options["only"]).split(",")] if "only" in options
-                else None)
-        if only is not None and any(not 0 <= i < len(cells) for i in only):
-            raise SystemExit(f"only= indices must be in 0..{len(cells) - 1}")
+        only = _indices(options["only"], len(cells)) if "only" in options else None
         if grid.offline and grid.metric == "normalized_score":
             _check_cards(grid.datasets)
         todo = [c for i, c in enumerate(cells) if (only is None or i in only)

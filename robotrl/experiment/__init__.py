@@ -16,7 +16,15 @@ from robotrl.experiment.compose import (
     task_from_dataset,
     validate,
 )
-from robotrl.experiment.run import RESULT_FILE, Experiment, RunDir, run_training, save_config
+from robotrl.experiment.run import (
+    RESULT_FILE,
+    Experiment,
+    RunDir,
+    config_digest,
+    config_fields,
+    run_training,
+    save_config,
+)
 
 __all__ = [
     "RESULT_FILE",
@@ -28,6 +36,8 @@ __all__ = [
     "build_runner",
     "check_overrides",
     "compose",
+    "config_digest",
+    "config_fields",
     "load_run",
     "resolve_config",
     "run_training",

@@ -35,8 +35,38 @@ if TYPE_CHECKING:
 
 RESULT_FILE = "result.json"
 """Written by rank 0 when a run reaches its budget: ``{step, total_steps, final (the last
-evaluation, with ``best``), train_seconds, evaluations (every one: step, seconds, scores)}``;
+evaluation, with ``best``), train_seconds, evaluations (every one: step, seconds, scores),
+machine, config (``config_digest``)}``;
 the compact record a benchmark keeps."""
+
+
+PLACE_KEYS = ("run_dir", "resume", "logger")
+"""Config keys that say where a run writes and how it reports, not what it trains: left out of
+``config_fields`` (a resumed or moved run is the same run)."""
+
+
+def config_fields(cfg: TrainConfig) -> dict[str, Any]:
+    """What a run trains, flattened (``algo.gamma`` -> value; lists for tuples): every config
+    field except ``PLACE_KEYS``. Two runs with equal fields train the same thing."""
+    def flat(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                flat(f"{prefix}{k}.", v, out)
+        else:
+            out[prefix[:-1]] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    data = {k: v for k, v in to_dict(cfg).items() if k not in PLACE_KEYS}
+    return flat("", data, {})
+
+
+def config_digest(cfg: TrainConfig) -> str:
+    """A short fingerprint of ``config_fields``: a benchmark record carries it, so a record whose
+    config has since changed (a tuned file, a default) is not passed off as the current one."""
+    import hashlib
+
+    text = json.dumps(config_fields(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def machine(device: str = "cpu") -> str:
@@ -225,7 +255,7 @@ def _train(cfg: TrainConfig, rank: Rank) -> dict[str, float] | None:
         write_json(Path(cfg.run_dir) / RESULT_FILE, {
             "step": runner.global_step, "total_steps": cfg.total_steps, "final": result,
             "train_seconds": runner.train_seconds, "evaluations": runner.evaluations,
-            "machine": machine(cfg.device)}, indent=1)
+            "machine": machine(cfg.device), "config": config_digest(cfg)}, indent=1)
         score = (f", normalized score {result['normalized_score']:.1f}"
                  if "normalized_score" in result else "")
         # a group run (GRPO) reports its train and test initial states apart

@@ -81,6 +81,45 @@ def test_interrupted_grid_resumes_without_redoing_cells(pendulum, tmp_path, monk
     assert exc.value.code == 1
 
 
+def test_a_changed_config_is_not_passed_off_as_the_cell(pendulum, tmp_path, capsys):
+    """A finished cell whose config the grid no longer composes (here the grid's overrides; in
+    practice a tuned file or a default) is neither reused nor resumed, and the results file's
+    record of it is not shown as the current cell."""
+    from robotrl.bench.harness import changed, finished, run_cell
+
+    one = {"algos": ["bc"], "seeds": [0], "budgets": [100], "ope_updates": 0}
+    path = write_grid(tmp_path, pendulum, **one)
+    bench_main(["run", str(path), "figures=false"])
+    grid = load_grid(path)
+    cell = grid.cells()[0]
+    assert finished(grid, cell) is not None and changed(grid, cell) == []
+    record = json.loads(grid.results_path.read_text())["records"][0]
+    assert len(record["config"]) == 16
+
+    tuned = write_grid(tmp_path, pendulum, **one, overrides=[
+        *yaml.safe_load(path.read_text())["overrides"], "algo.actor_lr=0.002"])
+    grid = load_grid(tuned)
+    assert changed(grid, cell) == ["algo.actor_lr: 0.0003 -> 0.002"]
+    assert finished(grid, cell) is None
+    bench_main(["list", str(tuned)])
+    listed = capsys.readouterr()
+    assert " stale " in listed.out + listed.err
+    # the fresh clone's view: no run directories, the committed record is of the old config
+    import shutil
+
+    shutil.move(grid.run_dir(cell), tmp_path / "elsewhere")
+    bench_main(["report", str(tuned), "figures=false"])
+    assert "s0: stale: the results file's record is of a config" in (
+        tmp_path / "committed" / "report.md").read_text()
+    assert json.loads(grid.results_path.read_text())["records"] == []
+    shutil.move(tmp_path / "elsewhere", grid.run_dir(cell))
+    run_cell(grid, cell)  # set aside, trained again under the new config
+    said = capsys.readouterr()
+    assert "starting over" in said.out + said.err
+    assert (grid.run_dir(cell).parent / "s0.stale" / "result.json").is_file()
+    assert finished(grid, cell) is not None
+
+
 def test_ope_command(pendulum, tmp_path):
     from robotrl.cli.ope import ope_main
     from robotrl.config import TrainConfig, from_dict
@@ -122,6 +161,8 @@ def test_bad_options_are_named(tmp_path, pendulum):
         bench_main(["run", str(path), "launcher=ray"])
     with pytest.raises(SystemExit, match="only= indices must be in 0..3"):
         bench_main(["run", str(path), "only=9"])
+    with pytest.raises(SystemExit, match="only= takes cell indices .* got '\\[1,x\\]'"):
+        bench_main(["run", str(path), "only=[1,x]"])
     nowhere = write_grid(tmp_path, Path("nowhere/x-v0"))
     with pytest.raises(SystemExit, match="dataset error: .*nowhere/x-v0"):
         bench_main(["run", str(nowhere)])
