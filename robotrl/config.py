@@ -272,6 +272,10 @@ class TrainConfig:
     dataset directory or a D4RL-style ``.hdf5`` file; the task comes from its card."""
     seed: int = 0
     """Seed of the run: networks, sampling, env resets."""
+    num_seeds: int = 1
+    """Train seeds ``seed .. seed + num_seeds - 1`` in one process, their updates batched
+    (``robotrl.runners.seed_batch``); each seed is an ordinary run in ``run_dir/s<seed>``.
+    Algorithms with a seed-batched learner only (``td3bc``)."""
     device: str = "cpu"
     """Learner device (``cpu``, ``cuda``, ``cuda:1``)."""
     torch_threads: int = 1
@@ -421,6 +425,20 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.max_minutes < 0:
         raise ValueError(f"max_minutes must be >= 0, got {cfg.max_minutes}")
     entry = algorithm(cfg.algo)
+    if cfg.num_seeds < 1:
+        raise ValueError(f"num_seeds must be >= 1, got {cfg.num_seeds}")
+    if cfg.num_seeds > 1:
+        batched = sorted(n for n, e in ALGORITHMS.items() if e.seed_batch is not None)
+        if entry.seed_batch is None:
+            raise ValueError(f"num_seeds > 1 needs a seed-batched learner; algo={entry.name} "
+                             f"has none (those that have: {batched}); run its seeds as separate "
+                             "runs (a multirun: seed=0,1,2)")
+        for key in ("resume", "init"):
+            if getattr(cfg, key):
+                raise ValueError(f"num_seeds > 1 does not take {key}=: each seed is its own run "
+                                 f"(run_dir/s<seed>); {key} one seed's run alone")
+        if cfg.distributed:
+            raise ValueError("num_seeds > 1 runs in one process: distributed=true is not for it")
     offline = entry.runner == "offline"
     if offline and not cfg.dataset:
         raise ValueError(f"algo={entry.name} learns from a dataset: give "

@@ -39,6 +39,9 @@ class AlgorithmEntry:
     """The runner kind that drives it: a key of ``RUNNERS``."""
     name: str = ""
     """Its registry name (``algo=NAME``); filled in by registration."""
+    seed_batch: str | type | None = None
+    """Its seed-batched learner (``num_seeds > 1``: S copies trained by one update call, built
+    from the S ordinary learners), or None where it has none yet."""
 
     def config_class(self) -> type:
         return resolve(self.config)
@@ -69,6 +72,8 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
                                  ("td3bc_mcep", "mcep", "TD3BCMCEP"),
                                  ("awac_mcep", "mcep", "AWACMCEP"))},
 }
+ALGORITHMS["td3bc"] = dataclasses.replace(
+    ALGORITHMS["td3bc"], seed_batch="robotrl.algos.offline.seed_batch:SeedBatchTD3BC")
 """Algorithm name -> entry (its ``name`` filled in below)."""
 ALGORITHMS = {n: dataclasses.replace(e, name=n) for n, e in ALGORITHMS.items()}
 

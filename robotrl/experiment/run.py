@@ -202,6 +202,8 @@ def _run(cfg: TrainConfig) -> dict[str, float] | None:
     from robotrl.checkpoint import run_lock
 
     torch.set_num_threads(cfg.torch_threads or os.cpu_count() or 1)
+    if cfg.num_seeds > 1:
+        return _train_seeds(cfg)
     rank = distributed.init(cfg.device) if cfg.distributed else distributed.current()
     try:
         # rank 0 owns the run directory: a second run pointed at it is refused (RunLocked)
@@ -251,29 +253,81 @@ def _train(cfg: TrainConfig, rank: Rank) -> dict[str, float] | None:
                           "MiB activations")
     result = runner.train()
     if result is not None:
-        result = {**result, "best": runner.best_eval}  # what a sweep's table shows beside it
-        write_json(Path(cfg.run_dir) / RESULT_FILE, {
-            "step": runner.global_step, "total_steps": cfg.total_steps, "final": result,
-            "train_seconds": runner.train_seconds, "evaluations": runner.evaluations,
-            "machine": machine(cfg.device), "config": config_digest(cfg)}, indent=1)
-        score = (f", normalized score {result['normalized_score']:.1f}"
-                 if "normalized_score" in result else "")
-        # a group run (GRPO) reports its train and test initial states apart
-        splits = ([("", " (train initial states)"), ("test_", " (test initial states)")]
-                  if "test_return_mean" in result else [("", "")])
-        for p, where in splits:
-            success = f", success {100 * result[p + 'success']:.0f}%" if p + "success" in result else ""
-            if p + "final_distance" in result:  # goal-conditioned tasks
-                reached = result[p + "time_to_goal"]
-                success += (f", final goal distance {result[p + 'final_distance']:.3f}, "
-                            + (f"time to goal {reached:.1f} steps" if reached == reached
-                               else "goal never reached"))
-            console.print(f"eval{where}: return {result[p + 'return_mean']:.1f} ± "
-                          f"{result[p + 'return_std']:.1f}, length {result[p + 'length_mean']:.0f} "
-                          f"over {result[p + 'episodes']} episodes{success}{score}")
+        result = _record(cfg, runner, result)
     return result
 
 
+def _record(cfg: TrainConfig, runner: Runner, result: dict[str, float],
+            label: str = "") -> dict[str, float]:
+    """Write a run's ``result.json`` and print its final evaluation (after ``label``, e.g. the
+    seed of a seed batch); the result with ``best``."""
+    from robotrl.logging import console
+
+    result = {**result, "best": runner.best_eval}  # what a sweep's table shows beside it
+    write_json(Path(cfg.run_dir) / RESULT_FILE, {
+        "step": runner.global_step, "total_steps": cfg.total_steps, "final": result,
+        "train_seconds": runner.train_seconds, "evaluations": runner.evaluations,
+        "machine": machine(cfg.device), "config": config_digest(cfg)}, indent=1)
+    score = (f", normalized score {result['normalized_score']:.1f}"
+             if "normalized_score" in result else "")
+    # a group run (GRPO) reports its train and test initial states apart
+    splits = ([("", " (train initial states)"), ("test_", " (test initial states)")]
+              if "test_return_mean" in result else [("", "")])
+    for p, where in splits:
+        success = f", success {100 * result[p + 'success']:.0f}%" if p + "success" in result else ""
+        if p + "final_distance" in result:  # goal-conditioned tasks
+            reached = result[p + "time_to_goal"]
+            success += (f", final goal distance {result[p + 'final_distance']:.3f}, "
+                        + (f"time to goal {reached:.1f} steps" if reached == reached
+                           else "goal never reached"))
+        console.print(f"{label}eval{where}: return {result[p + 'return_mean']:.1f} ± "
+                      f"{result[p + 'return_std']:.1f}, length {result[p + 'length_mean']:.0f} "
+                      f"over {result[p + 'episodes']} episodes{success}{score}")
+    return result
+
+
+def seed_configs(cfg: TrainConfig) -> list[TrainConfig]:
+    """The ordinary runs a ``num_seeds`` config stands for: seeds ``seed .. seed + num_seeds -
+    1``, each in ``run_dir/s<seed>`` with ``num_seeds=1`` (what it would be run alone)."""
+    import copy
+    import dataclasses
+
+    return [dataclasses.replace(copy.deepcopy(cfg), seed=cfg.seed + i, num_seeds=1,
+                                run_dir=str(Path(cfg.run_dir) / f"s{cfg.seed + i}"))
+            for i in range(cfg.num_seeds)]
+
+
+def _train_seeds(cfg: TrainConfig) -> dict[str, float] | None:
+    """``num_seeds`` runs in one process: each built as it would be alone (seeded first), their
+    learners batched by the algorithm's seed-batched learner, trained in lockstep. Returns the
+    mean over the seeds that finished of each final-evaluation number (None if none did)."""
+    from robotrl.checkpoint import run_lock
+    from robotrl.logging import console
+    from robotrl.registry import algorithm, resolve
+    from robotrl.runners.seed_batch import SeedBatchRunner
+    from robotrl.seeding import seed_everything
+
+    cfgs = seed_configs(cfg)
+    with contextlib.ExitStack() as locks:
+        for c in cfgs:
+            locks.enter_context(run_lock(c.run_dir))
+        runners = []
+        for c in cfgs:
+            seed_everything(c.seed)
+            runners.append(build_runner(c))
+        batch = resolve(algorithm(cfg.algo).seed_batch)([r.alg for r in runners])
+        for c in cfgs:
+            save_config(c)
+        console.print(f"[bold]robotrl train[/bold] {cfg.env.task} with {type(cfg.algo).__name__}"
+                      f" on dataset {cfg.dataset}, {cfg.total_steps:,} updates, seeds "
+                      f"{cfgs[0].seed}..{cfgs[-1].seed} batched -> {cfg.run_dir}/s<seed>")
+        results = SeedBatchRunner(runners, batch).train()
+        done = [_record(c, r, res, f"seed {c.seed} ")
+                for c, r, res in zip(cfgs, runners, results, strict=True) if res is not None]
+    if not done:
+        return None
+    keys = [k for k, v in done[0].items() if isinstance(v, (int, float)) and v is not None]
+    return {k: sum(d[k] for d in done) / len(done) for k in keys} | {"seeds": float(len(done))}
 
 
 def save_config(cfg: TrainConfig) -> Path:

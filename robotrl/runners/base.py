@@ -376,9 +376,8 @@ class Runner:
         """
         s = self.settings
         main = self.rank.main
-        logger = Logger(s.run_dir, s.tensorboard and main, purge_step=self.global_step or None)
+        logger = self._start()
         start = time.perf_counter()
-        self._clock = (self.train_seconds, start)
         out_of_time = False
         try:
             with (deferred_interrupt() as stop_requested,
@@ -394,15 +393,9 @@ class Runner:
                         out_of_time = True
                         break
                     metrics = self._iteration()
-                    self.history.append(metrics)
-                    if self.iteration % s.log_interval == 0:
-                        logger.log(metrics, self.global_step)
                     bar.update(self.global_step, metrics["perf/sps"],
                                metrics.get("rollout/return", math.nan))
-                    if self.evaluator and s.eval_interval and self.iteration % s.eval_interval == 0:
-                        self._evaluate(logger)  # first: last.pt then records the best so far
-                    if self.iteration % s.checkpoint_interval == 0:
-                        self.save()
+                    self._after_iteration(metrics, logger)
         except KeyboardInterrupt:
             path = self.save()
             if main:
@@ -419,8 +412,35 @@ class Runner:
         if out_of_time and main:
             console.print(f"[yellow]max_minutes={s.max_minutes} reached at step "
                           f"{self.global_step:,}: checkpointing and evaluating[/yellow]")
+        return self._finish(logger)
+
+    # The parts of ``train`` that a driver of several runners in lockstep (a seed batch,
+    # ``robotrl.runners.seed_batch``) calls itself: open, after each iteration, close.
+    def _start(self) -> Logger:
+        """Open the run's logger and start its wall clock."""
+        s = self.settings
+        logger = Logger(s.run_dir, s.tensorboard and self.rank.main,
+                        purge_step=self.global_step or None)
+        self._clock = (self.train_seconds, time.perf_counter())
+        return logger
+
+    def _after_iteration(self, metrics: dict[str, float], logger: Logger) -> None:
+        """An iteration's bookkeeping: history, logging, the periodic evaluation (first:
+        ``last.pt`` then records the best so far) and checkpoint."""
+        s = self.settings
+        self.history.append(metrics)
+        if self.iteration % s.log_interval == 0:
+            logger.log(metrics, self.global_step)
+        if self.evaluator and s.eval_interval and self.iteration % s.eval_interval == 0:
+            self._evaluate(logger)
+        if self.iteration % s.checkpoint_interval == 0:
+            self.save()
+
+    def _finish(self, logger: Logger) -> dict[str, float] | None:
+        """Evaluate at the last step (unless the last periodic evaluation was there), save,
+        stop the clock, close the logger; the final evaluation."""
         evaluated = bool(self.evaluations) and self.evaluations[-1]["step"] == self.global_step
-        if self.evaluator is not None and not evaluated:  # the last periodic one may be now
+        if self.evaluator is not None and not evaluated:
             self._evaluate(logger)
         self.save()
         self._clock = None

@@ -1,0 +1,83 @@
+"""``robotrl train ... num_seeds=S`` (issue 46): S seeds of TD3+BC in one process, each an
+ordinary run directory equal to the run of that seed alone, a diverging seed stopped without
+stopping the others, and configs that cannot be batched refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from robotrl.config import TrainConfig, from_dict
+from robotrl.experiment import Experiment, RunDir
+
+
+def config(pendulum: Path, run_dir: Path, **over: object) -> TrainConfig:
+    return from_dict(TrainConfig, {
+        "algo": {"name": "td3bc", "updates_per_iteration": 50, "batch_size": 64,
+                 "hidden": [32, 32]},
+        "dataset": str(pendulum), "env": {"task": "inverted_pendulum", "options": {}},
+        "total_steps": 150, "eval_episodes": 2, "eval_interval": 2, "run_dir": str(run_dir),
+        "logger": {"tensorboard": False, "progress": False}, **over})
+
+
+def networks(run: Path) -> dict[str, torch.Tensor]:
+    """Every parameter of the run's last checkpoint (actor, critics, targets, normalizer)."""
+    modules = RunDir(run).checkpoint()["algo"]["modules"]
+    return {f"{m}.{k}": v for m, state in modules.items() for k, v in state.items()}
+
+
+def test_each_seed_of_a_batch_is_the_run_of_that_seed_alone(pendulum, tmp_path):
+    batched = Experiment(config(pendulum, tmp_path / "batch", seed=4, num_seeds=2)).run()
+    assert batched is not None and batched["seeds"] == 2
+    for seed in (4, 5):
+        alone = tmp_path / f"alone{seed}"
+        Experiment(config(pendulum, alone, seed=seed)).run()
+        run = RunDir(tmp_path / "batch" / f"s{seed}")
+        assert run.finished and run.config.seed == seed and run.config.num_seeds == 1
+        # float32: the stacked products may round differently from the solo ones (the float64
+        # test in tests/algos/test_seed_batch.py holds them to 1e-10)
+        mine, theirs = networks(run.path), networks(alone)
+        assert mine.keys() == theirs.keys()
+        for k in mine:
+            torch.testing.assert_close(mine[k], theirs[k], rtol=1e-4, atol=1e-5, msg=k)
+        steps = [e["step"] for e in run.evaluations()]
+        assert steps == [e["step"] for e in RunDir(alone).evaluations()] == [100, 150]
+        assert run.result["final"]["return_mean"] == pytest.approx(
+            RunDir(alone).result["final"]["return_mean"], rel=1e-3)
+
+
+def test_a_diverging_seed_stops_alone(pendulum, tmp_path, monkeypatch):
+    import robotrl.experiment.run as run_module
+
+    build = run_module.build_runner
+
+    def poisoned(cfg):  # noqa: ANN001, ANN202 - seed 1's critic starts from NaN
+        runner = build(cfg)
+        if cfg.seed == 1:
+            with torch.no_grad():
+                next(runner.alg.critic.parameters()).fill_(float("nan"))
+        return runner
+
+    monkeypatch.setattr(run_module, "build_runner", poisoned)
+    result = Experiment(config(pendulum, tmp_path, num_seeds=3)).run()
+    assert result is not None and result["seeds"] == 2
+    for seed in (0, 2):
+        assert RunDir(tmp_path / f"s{seed}").finished
+    stopped = tmp_path / "s1"
+    assert not RunDir(stopped).finished
+    assert "seed 1 stopped: loss/critic = nan at update 1" in (stopped / "failed.json").read_text()
+    assert RunDir(stopped).checkpoint()["global_step"] == 0  # its last good state, resumable
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"algo": {"name": "bc"}}, r"algo=bc has none \(those that have: \['td3bc'\]\)"),
+    ({"num_seeds": 0}, "num_seeds must be >= 1, got 0"),
+    ({"resume": "x.pt"}, "num_seeds > 1 does not take resume="),
+])
+def test_what_cannot_be_batched_is_refused(pendulum, tmp_path, over, message):
+    cfg = config(pendulum, tmp_path, **{"num_seeds": 2, **over})
+    with pytest.raises(ValueError, match=message):
+        Experiment(cfg)
+    assert not any(tmp_path.iterdir())
