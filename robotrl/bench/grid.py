@@ -79,6 +79,11 @@ class Grid:
     """Peer name -> how to run it."""
     ope_updates: int = 0
     """Offline cells: fitted Q evaluation updates of the final policy (0: none)."""
+    batch_seeds: bool = False
+    """Train a robotrl cell's seeds in one process (``num_seeds``: one job per algorithm,
+    target and budget; the seeds must be consecutive) for algorithms with a seed-batched
+    learner; each seed still lands in its own cell directory. Cells of other algorithms, and
+    seeds already started, run one per job as usual."""
     notes: str = ""
     """Printed under the report's tables (how and where the cells ran, known caveats)."""
     results: str = ""
@@ -92,6 +97,10 @@ class Grid:
             raise ValueError(f"grid {self.name!r}: give tasks or datasets (one of them)")
         if not self.algos or not self.seeds or not self.budgets:
             raise ValueError(f"grid {self.name!r}: algos, seeds and budgets must be non-empty")
+        if self.batch_seeds and self.seeds != list(range(self.seeds[0],
+                                                         self.seeds[0] + len(self.seeds))):
+            raise ValueError(f"grid {self.name!r}: batch_seeds needs consecutive seeds "
+                             f"(num_seeds trains seed .. seed + n - 1), got {self.seeds}")
         if any(b < 1 for b in self.budgets):
             raise ValueError(f"grid {self.name!r}: budgets must be >= 1, got {self.budgets}")
         from robotrl.registry import ALGORITHMS

@@ -16,6 +16,7 @@ holds the error of a cell that failed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -126,6 +127,51 @@ def run_peer(grid: Grid, cell: Cell) -> None:
         raise RuntimeError(f"peer {cell.runner} exited {code}: {tail}")
 
 
+def seed_batch(grid: Grid, cell: Cell) -> list[Cell]:
+    """The cells ``cell``'s job trains together with ``batch_seeds``: its algorithm, target and
+    budget over every seed, when the algorithm has a seed-batched learner and none of those
+    seeds has a run directory yet (started runs resume one by one); else ``[cell]``."""
+    from robotrl.registry import algorithm
+
+    if not grid.batch_seeds or cell.runner != ROBOTRL or algorithm(cell.algo).seed_batch is None:
+        return [cell]
+    group = [dataclasses.replace(cell, seed=s) for s in grid.seeds]
+    if any(grid.run_dir(c).exists() for c in group):
+        return [cell]
+    return group
+
+
+def run_seed_batch(grid: Grid, cells: list[Cell]) -> None:
+    """Train ``cells`` (one algorithm, target and budget; consecutive seeds) as one
+    ``num_seeds`` run whose seeds land in the cells' own directories."""
+    from robotrl.logging import console
+
+    first = cells[0]
+    parent = grid.run_dir(first).parent  # run_dir(cell) = <parent>/s<seed>: seed_configs' layout
+    overrides = [o for o in cell_overrides(grid, first)
+                 if not o.startswith(("run_dir=", "resume="))]
+    overrides += [f"run_dir={parent}", f"num_seeds={len(cells)}"]
+    try:
+        Experiment.from_overrides(overrides).run()
+    except KeyboardInterrupt:
+        raise
+    except Exception as err:  # noqa: BLE001 - recorded per cell, as run_cell does
+        for cell in cells:
+            run = grid.run_dir(cell)
+            run.mkdir(parents=True, exist_ok=True)
+            write_json(run / "failed.json", {"error": f"{type(err).__name__}: {err}",
+                                             "traceback": traceback.format_exc()}, indent=1)
+        console.print(f"[red]{first.label} (seeds {[c.seed for c in cells]}) failed: "
+                      f"{type(err).__name__}: {err}[/red]")
+        return
+    for cell in cells:
+        done = finished(grid, cell)
+        if done is not None:
+            (grid.run_dir(cell) / "failed.json").unlink(missing_ok=True)
+            score = done["final"].get(grid.metric, float("nan"))
+            console.print(f"{cell.label}: {grid.metric} {score:.1f} (batched)")
+
+
 def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
     """Run (or reuse, or resume) one cell; its ``result.json``, or None when it failed (the
     error is in ``failed.json``)."""
@@ -203,6 +249,14 @@ def launch(grid_path: str, grid: Grid, launcher: str = "basic", jobs: int = 1,
     cells = grid.cells()
     indices = [i for i in (only if only is not None else range(len(cells)))
                if finished(grid, cells[i]) is None]
+    batched: dict[Cell, list[Cell]] = {}  # a seed batch's first cell -> the batch
+    for i in list(indices):
+        group = seed_batch(grid, cells[i])
+        if len(group) > 1:
+            if group[0] in batched or cells[i] != group[0]:
+                indices.remove(i)  # its batch runs under the batch's first cell
+            batched.setdefault(group[0], group)
+    indices += [cells.index(c) for c in batched if cells.index(c) not in indices]
     if not indices:
         return 0.0
     overrides = [f"cell={','.join(map(str, indices))}", f"grid={_quote(grid_path)}",
@@ -212,7 +266,12 @@ def launch(grid_path: str, grid: Grid, launcher: str = "basic", jobs: int = 1,
 
     @hydra.main(config_path="pkg://robotrl.configs", config_name="bench", version_base="1.3")
     def _job(dcfg: DictConfig) -> None:
-        run_cell(grid, grid.cells()[int(dcfg.cell)])
+        cell = grid.cells()[int(dcfg.cell)]
+        group = seed_batch(grid, cell)
+        if len(group) > 1:
+            run_seed_batch(grid, group)
+        else:
+            run_cell(grid, cell)
 
     saved = sys.argv
     sys.argv = ["robotrl bench", "--multirun", *overrides, *(hydra_args or [])]

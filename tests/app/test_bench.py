@@ -120,6 +120,29 @@ def test_a_changed_config_is_not_passed_off_as_the_cell(pendulum, tmp_path, caps
     assert finished(grid, cell) is not None
 
 
+def test_batch_seeds_trains_a_cells_seeds_in_one_process(pendulum, tmp_path, capsys):
+    """``batch_seeds: true``: TD3+BC's seeds run as one num_seeds job into their own cell
+    directories (equal to the cells run one by one); BC, without a batched learner, per cell."""
+    grid_path = write_grid(tmp_path, pendulum, batch_seeds=True, ope_updates=0, budgets=[100])
+    bench_main(["run", str(grid_path), "figures=false"])
+    said = capsys.readouterr()
+    assert said.err.count("(batched)") + said.out.count("(batched)") == 2
+    grid = load_grid(grid_path)
+    batched = {c.seed: grid.run_dir(c) for c in grid.cells() if c.algo == "td3bc"}
+    assert all((r / "result.json").is_file() for r in batched.values())
+    (tmp_path / "alone").mkdir()
+    alone = write_grid(tmp_path / "alone", pendulum, ope_updates=0, budgets=[100],
+                       algos=["td3bc"], seeds=[1])
+    bench_main(["run", str(alone), "figures=false"])
+    solo = load_grid(alone)
+    one = json.loads((solo.run_dir(solo.cells()[0]) / "result.json").read_text())
+    two = json.loads((batched[1] / "result.json").read_text())
+    assert one["final"]["return_mean"] == pytest.approx(two["final"]["return_mean"], rel=1e-3)
+    assert one["config"] == two["config"]  # the same config: a seed of a batch is that run
+    with pytest.raises(SystemExit, match="batch_seeds needs consecutive seeds"):
+        bench_main(["run", str(grid_path), "seeds=[0,2]"])
+
+
 def test_ope_command(pendulum, tmp_path):
     from robotrl.cli.ope import ope_main
     from robotrl.config import TrainConfig, from_dict
