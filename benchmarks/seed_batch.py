@@ -1,9 +1,9 @@
-"""Seed-batched TD3+BC (``robotrl.algos.offline.seed_batch``) against separate processes.
+"""Seed-batched TD3+BC and IQL (``robotrl.algos.offline.seed_batch``) against separate processes.
 
-    python benchmarks/seed_batch.py                      # S=5, 500 updates per seed, 3 repeats
-    python benchmarks/seed_batch.py --seeds 5 --updates 1000 --repeats 5
+    python benchmarks/seed_batch.py                      # TD3+BC, S=5, 500 updates per seed
+    python benchmarks/seed_batch.py --algo iql --seeds 5 --updates 1000 --repeats 5
 
-The same work both ways: S seeds of TD3+BC with the default sizes (256x256 networks, batch
+The same work both ways: S seeds of the learner with its default sizes (256x256 networks, batch
 256) on a synthetic dataset with Hopper's shapes (obs 11, act 3, 100k rows; no files), each
 seed ``--updates`` gradient updates:
 
@@ -54,19 +54,20 @@ def worker(args: argparse.Namespace) -> None:
     """One measured process: a single seed (``--seed``) or the batch of ``--seeds``."""
     import torch
 
-    from robotrl.algos.offline.seed_batch import SeedBatchTD3BC
-    from robotrl.algos.offline.td3bc import TD3BC, TD3BCConfig
+    from robotrl.registry import algorithm, resolve
     from robotrl.seeding import seed_everything
 
     torch.set_num_threads(args.threads)
     data = synthetic(args.rows, args.obs_dim, args.act_dim)
     low, high = -torch.ones(args.act_dim), torch.ones(args.act_dim)
-    cfg = TD3BCConfig(updates_per_iteration=WARMUP)
+    entry = algorithm(args.algo)
+    cfg = entry.config_class()(updates_per_iteration=WARMUP)
     if args.worker == "solo":
         seed_everything(args.seed)
-        learner: Any = TD3BC(args.obs_dim, low, high, cfg, seed=args.seed)
+        learner: Any = entry.learner_class()(args.obs_dim, low, high, cfg, seed=args.seed)
     else:
-        learner = SeedBatchTD3BC.create(args.obs_dim, low, high, cfg, range(args.seeds))
+        learner = resolve(entry.seed_batch).create(args.obs_dim, low, high, cfg,
+                                                   range(args.seeds))
     learner.attach(data)
     learner.update()
     cfg.updates_per_iteration = args.updates
@@ -77,7 +78,8 @@ def worker(args: argparse.Namespace) -> None:
 
 def launch(args: argparse.Namespace, extra: list[str], threads: int,
            wait_policy: str | None = None) -> subprocess.Popen:
-    cmd = [sys.executable, __file__, "--updates", str(args.updates), "--rows", str(args.rows),
+    cmd = [sys.executable, __file__, "--algo", args.algo, "--updates", str(args.updates),
+           "--rows", str(args.rows),
            "--threads", str(threads), *extra]
     env = dict(os.environ)
     if wait_policy is not None:
@@ -127,6 +129,7 @@ def batched(args: argparse.Namespace, threads: int,
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--algo", choices=("td3bc", "iql"), default="td3bc")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--updates", type=int, default=500, help="gradient updates per seed")
     p.add_argument("--repeats", type=int, default=3)
@@ -134,7 +137,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--obs-dim", type=int, default=11)
     p.add_argument("--act-dim", type=int, default=3)
-    p.add_argument("--out", default="benchmarks/figures/seed_batch.json")
+    p.add_argument("--out", default="", help="default: benchmarks/figures/seed_batch[_iql].json")
     p.add_argument("--worker", choices=("solo", "batch"), help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -142,7 +145,9 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    console.print(banner("seed-batched TD3+BC vs separate processes",
+    args.out = args.out or ("benchmarks/figures/seed_batch.json" if args.algo == "td3bc" else
+                            f"benchmarks/figures/seed_batch_{args.algo}.json")
+    console.print(banner(f"seed-batched {args.algo} vs separate processes",
                          f"S={args.seeds}, {args.updates} updates per seed, 256x256, batch 256",
                          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"))
     load_before = warn_if_loaded(console)

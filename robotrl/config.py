@@ -275,7 +275,7 @@ class TrainConfig:
     num_seeds: int = 1
     """Train seeds ``seed .. seed + num_seeds - 1`` in one process, their updates batched
     (``robotrl.runners.seed_batch``); each seed is an ordinary run in ``run_dir/s<seed>``.
-    Algorithms with a seed-batched learner only (``td3bc``)."""
+    Algorithms with a seed-batched learner only (``td3bc``, ``iql``)."""
     device: str = "cpu"
     """Learner device (``cpu``, ``cuda``, ``cuda:1``)."""
     torch_threads: int = 1

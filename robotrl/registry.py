@@ -72,8 +72,9 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
                                  ("td3bc_mcep", "mcep", "TD3BCMCEP"),
                                  ("awac_mcep", "mcep", "AWACMCEP"))},
 }
-ALGORITHMS["td3bc"] = dataclasses.replace(
-    ALGORITHMS["td3bc"], seed_batch="robotrl.algos.offline.seed_batch:SeedBatchTD3BC")
+for _name, _batch in (("td3bc", "SeedBatchTD3BC"), ("iql", "SeedBatchIQL")):
+    ALGORITHMS[_name] = dataclasses.replace(
+        ALGORITHMS[_name], seed_batch=f"robotrl.algos.offline.seed_batch:{_batch}")
 """Algorithm name -> entry (its ``name`` filled in below)."""
 ALGORITHMS = {n: dataclasses.replace(e, name=n) for n, e in ALGORITHMS.items()}
 

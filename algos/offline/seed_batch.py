@@ -1,25 +1,26 @@
-"""Seed-batched TD3+BC: S independent TD3+BC runs trained in one process (issue 46, item 1).
+"""Seed-batched offline learners: S independent runs of TD3+BC or IQL trained in one process.
 
-The batch holds S ordinary ``TD3BC`` learners, each built exactly as it would be alone (its own
-seed, sampling generator, normalizer and attached dataset view). ``update`` stacks their
+A batch holds S ordinary learners (``TD3BC`` or ``IQL``), each built exactly as it would be alone
+(its own seed, sampling generator, normalizer and attached dataset view). ``update`` stacks their
 parameters, target networks and Adam moments along a leading seed dimension S, runs
 ``cfg.updates_per_iteration`` updates on the stacked tensors and writes everything back, so
-between calls every learner is an ordinary TD3+BC learner: its ``state_dict`` is an ordinary
+between calls every learner is an ordinary learner: its ``state_dict`` is an ordinary
 checkpoint, its ``export_actor`` an ordinary export, and a checkpoint loaded into it is what the
 next call continues from.
 
 One update of the batch is, for each seed, the update that seed would make alone:
 
-* the batch indices and the target-smoothing noise come from the seed's own generator, in the
-  order ``TD3BC.sample`` and ``_update_once`` draw them (indices, then noise);
+* the batch indices (and TD3+BC's target-smoothing noise) come from the seed's own generator,
+  in the order the learner's ``sample`` and ``_update_once`` draw them;
 * the critics of all seeds are one ensemble of S x E members (``ensemble_linear``: one batched
-  product per layer), the actors one ensemble of S members;
-* the losses are the per-seed losses of ``ensemble_mse`` and ``td3bc_actor_loss`` (lambda from
-  each seed's own mean |Q|), summed over seeds for one backward: seeds share no parameter, so
-  each seed's gradient is the gradient of its own loss;
-* one fused Adam step over the stacked tensors (Adam is elementwise; TD3+BC does not clip
-  gradients, so there is no norm across the stacked tensor to keep per seed); the gradient
-  norms reported are per seed;
+  product per layer), the actors (and IQL's value networks) one ensemble of S members;
+* the losses are the learner's per-seed losses (TD3+BC: ``ensemble_mse`` and the actor loss
+  with lambda from each seed's own mean |Q|; IQL: the expectile value loss, the
+  advantage-weighted actor loss, ``ensemble_mse``), summed over seeds for one backward per
+  network: seeds share no parameter, so each seed's gradient is the gradient of its own loss;
+* one fused Adam step over the stacked tensors at the learner's own learning rate (Adam is
+  elementwise; neither learner clips gradients, so there is no norm across the stacked tensor
+  to keep per seed); the gradient norms reported are per seed;
 * Polyak averaging of the stacked targets (the same ``_foreach_lerp_``).
 
 Equality with separate runs is tested in float64 (``tests/algos/test_seed_batch.py``); in
@@ -42,7 +43,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from robotrl.algos.offline.td3bc import TD3BC, TD3BCConfig
+from robotrl.algos.offline.base import OfflineLearner
+from robotrl.algos.offline.iql import IQL
+from robotrl.algos.offline.td3bc import TD3BC
 from robotrl.nn.linear import ensemble_linear
 from robotrl.nn.mlp import make_activation
 from robotrl.nn.target import td_target
@@ -73,38 +76,45 @@ def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack([t.detach() for t in tensors]).contiguous()
 
 
-class SeedBatchTD3BC:
-    """S ``TD3BC`` learners trained as one; see the module docstring.
+class SeedBatch:
+    """S learners of one class trained as one; see the module docstring. Subclasses name the
+    learner class, its stacked networks and optimized ones, and write ``_update_once``.
 
     Attributes:
         learners: the S learners (``learners[i].state_dict()`` is seed i's checkpoint).
         stopped: ``{seed: SeedStop}`` of the seeds stopped for a non-finite value.
     """
 
-    METRIC_KEYS = TD3BC.METRIC_KEYS
-    CHECKED = ("loss/critic", "train/grad_norm/critic", "loss/actor", "train/grad_norm/actor")
+    LEARNER: type[OfflineLearner]
+    NETS: tuple[str, ...]
+    """Every network stacked (learner attributes), targets included."""
+    OPTIMIZED: tuple[str, ...]
+    """The networks with an optimizer (``<net>_opt`` on the learner)."""
+    METRIC_KEYS: tuple[str, ...]
+    CHECKED: tuple[str, ...]
+    """Metrics whose non-finite value stops a seed."""
 
-    def __init__(self, learners: Sequence[TD3BC]) -> None:
+    def __init__(self, learners: Sequence[Any]) -> None:
         if not learners:
             raise ValueError("a seed batch needs at least one learner")
         for learner in learners:
-            if type(learner) is not TD3BC:  # subclasses change the losses
-                raise TypeError(f"seed batching supports TD3BC only, got {type(learner).__name__}")
+            if type(learner) is not self.LEARNER:  # subclasses change the losses
+                raise TypeError(f"{type(self).__name__} batches {self.LEARNER.__name__} only, "
+                                f"got {type(learner).__name__}")
         cfg = learners[0].cfg
         for learner in learners[1:]:
             if learner.cfg != cfg:
                 raise ValueError("every learner of a seed batch needs the same config")
         self.learners = list(learners)
-        self.cfg: TD3BCConfig = cfg
+        self.cfg: Any = cfg
         self.stopped: dict[int, SeedStop] = {}
         self._tables: tuple[tuple[int, ...], torch.Tensor] | None = None
         self._act: nn.Module = make_activation(cfg.activation)
 
     @classmethod
     def create(cls, obs_dim: int, action_low: torch.Tensor, action_high: torch.Tensor,
-               cfg: TD3BCConfig, seeds: Sequence[int],
-               device: str | torch.device = "cpu") -> SeedBatchTD3BC:
-        """One learner per seed, each built as ``TD3BC(..., seed=seed)`` alone (construction
+               cfg: Any, seeds: Sequence[int], device: str | torch.device = "cpu") -> SeedBatch:
+        """One learner per seed, each built as ``LEARNER(..., seed=seed)`` alone (construction
         draws the initial weights from torch's global generator: seed it per learner, as a
         run does, with ``seed_everything(seed)`` before building)."""
         from robotrl.seeding import seed_everything
@@ -112,7 +122,7 @@ class SeedBatchTD3BC:
         learners = []
         for seed in seeds:
             seed_everything(seed)
-            learners.append(TD3BC(obs_dim, action_low, action_high, cfg, device, seed=seed))
+            learners.append(cls.LEARNER(obs_dim, action_low, action_high, cfg, device, seed=seed))
         return cls(learners)
 
     @property
@@ -130,14 +140,14 @@ class SeedBatchTD3BC:
     def _gather(self, seeds: list[int]) -> dict[str, Any]:
         ls = [self.learners[i] for i in seeds]
         st: dict[str, Any] = {}
-        for net in ("actor", "critic", "actor_target", "critic_target"):
+        for net in self.NETS:
             params = [list(getattr(lr, net).parameters()) for lr in ls]
             st[net] = [_stack(group) for group in zip(*params, strict=True)]
-        for net in ("actor", "critic"):
+        for net in self.OPTIMIZED:
             for p in st[net]:
                 p.requires_grad_(True)
-            opt = adam(st[net], getattr(self.cfg, f"{net}_lr"))
             solo = [getattr(lr, f"{net}_opt") for lr in ls]
+            opt = adam(st[net], solo[0].param_groups[0]["lr"])  # the learner's lr as it is now
             params = [list(getattr(lr, net).parameters()) for lr in ls]
             first = solo[0].state.get(params[0][0])
             if first is not None:
@@ -155,7 +165,7 @@ class SeedBatchTD3BC:
         if self._tables is None or self._tables[0] != key:
             for lr in ls:
                 if lr.data is None:
-                    raise RuntimeError("SeedBatchTD3BC.update() before attach(dataset)")
+                    raise RuntimeError(f"{type(self).__name__}.update() before attach(dataset)")
             self._tables = (key, torch.stack([lr.data.table for lr in ls]))
         st["table"] = self._tables[1]
         return st
@@ -164,10 +174,10 @@ class SeedBatchTD3BC:
         for j, i in enumerate(seeds):
             lr = self.learners[i]
             with torch.no_grad():
-                for net in ("actor", "critic", "actor_target", "critic_target"):
+                for net in self.NETS:
                     for p, stacked in zip(getattr(lr, net).parameters(), st[net], strict=True):
                         p.copy_(stacked[j])
-            for net in ("actor", "critic"):
+            for net in self.OPTIMIZED:
                 opt, solo = st[f"{net}_opt"], getattr(lr, f"{net}_opt")
                 for p, stacked in zip(getattr(lr, net).parameters(), st[net], strict=True):
                     s = opt.state[stacked]
@@ -175,18 +185,35 @@ class SeedBatchTD3BC:
                                      "exp_avg": s["exp_avg"][j].clone(),
                                      "exp_avg_sq": s["exp_avg_sq"][j].clone()}
 
+    def _select(self, st: dict[str, Any], keep: list[int]) -> dict[str, Any]:
+        """``st`` restricted to the batch positions ``keep`` (for the scatter of the good seeds:
+        positions index the leading dimension, so the positions of ``_scatter`` are remapped)."""
+        if len(keep) == st[self.NETS[0]][0].shape[0]:
+            return st
+        index = torch.tensor(keep, device=st[self.NETS[0]][0].device)
+        out: dict[str, Any] = {}
+        for net in self.NETS:
+            out[net] = [p.detach().index_select(0, index) for p in st[net]]
+        for net in self.OPTIMIZED:
+            opt = st[f"{net}_opt"]
+            out[f"{net}_opt"] = _StateView({
+                q: {"step": opt.state[p]["step"],
+                    "exp_avg": opt.state[p]["exp_avg"].index_select(0, index),
+                    "exp_avg_sq": opt.state[p]["exp_avg_sq"].index_select(0, index)}
+                for p, q in zip(st[net], out[net], strict=True)})
+        return out
+
     # ------------------------------------------------------------------ networks
-    def _actor(self, params: list[torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
-        """S actors: obs [S, B, O] -> actions [S, B, A]; params as ``TanhActor``'s, stacked
-        (``nn.Linear`` weights [S, out, in], biases [S, out])."""
-        x = obs
+    def _mlp(self, params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """S MLPs (``robotrl.nn.mlp``'s ``nn.Linear`` layers, weights [S, out, in], biases
+        [S, out], stacked): [S, B, in] -> [S, B, out], no output activation."""
         n = len(params) // 2
         for k in range(n):
             w, b = params[2 * k], params[2 * k + 1]
             x = torch.baddbmm(b[:, None, :], x, w.transpose(1, 2))
             if k < n - 1:
                 x = self._act(x)
-        return torch.tanh(x)
+        return x
 
     def _critic(self, params: list[torch.Tensor], obs: torch.Tensor, action: torch.Tensor,
                 member: int | None = None) -> torch.Tensor:
@@ -212,49 +239,11 @@ class SeedBatchTD3BC:
         return x.reshape(s, e, -1)
 
     # ------------------------------------------------------------------ learning
-    def _update_once(self, st: dict[str, Any], gens: list[torch.Generator],
-                     num_updates: int) -> torch.Tensor:
-        """One update of every seed in ``st``; returns metrics [S, K] (NaN where skipped)."""
-        cfg, table = self.cfg, st["table"]
-        lr0 = self.learners[0]
-        s, n_rows, dev = table.shape[0], table.shape[1], table.device
-        dtype = lr0.dtype
-        idx = torch.stack([torch.randint(n_rows, (cfg.batch_size,), device=dev, generator=g)
-                           for g in gens])
-        noise = torch.stack([torch.randn((cfg.batch_size, lr0.act_dim), device=dev, dtype=dtype,
-                                         generator=g) for g in gens])
-        rows = table[torch.arange(s, device=dev)[:, None], idx]  # [S, B, W]
-        batch = lr0.data.unpack(rows)
-        with torch.no_grad():
-            mean = self._actor(st["actor_target"], batch["next_obs"])
-            noise = (noise * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
-            next_action = (mean + noise).clamp(-1.0, 1.0)
-            next_q = self._critic(st["critic_target"], batch["next_obs"], next_action)
-            target = td_target(batch["reward"], batch["terminated"], next_q.min(1).values,
-                               cfg.gamma)
-        q = self._critic(st["critic"], batch["obs"], batch["action"])  # [S, E, B]
-        critic_loss = (q - target[:, None]).square().mean(-1).sum(-1)  # [S]
-        nan = torch.full((s,), math.nan, device=dev, dtype=dtype)
-        metrics = {"loss/critic": critic_loss.detach(),
-                   "train/grad_norm/critic": self._step(st, "critic", critic_loss.sum()),
-                   "train/q": q.detach().mean((1, 2))}
-        phase = 0 if cfg.actor_on_first_update else cfg.policy_freq - 1
-        if num_updates % cfg.policy_freq == phase:
-            if cfg.lagged_actor_target:
-                self._polyak(st["actor_target"], st["actor"])
-            action = self._actor(st["actor"], batch["obs"])
-            critic = [p.detach() for p in st["critic"]]  # the actor's backward skips them
-            q_pi = self._critic(critic, batch["obs"], action, member=0)  # [S, B]
-            lmbda = cfg.alpha / q_pi.abs().mean(-1).detach()
-            bc = (action - batch["action"]).square().mean((1, 2))
-            actor_loss = -lmbda * q_pi.mean(-1) + bc
-            metrics.update({"loss/actor": actor_loss.detach(),
-                            "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
-                            "train/bc_mse": bc.detach(), "train/lambda": lmbda})
-            if not cfg.lagged_actor_target:
-                self._polyak(st["actor_target"], st["actor"])
-            self._polyak(st["critic_target"], st["critic"])
-        return torch.stack([metrics.get(k, nan).to(dtype) for k in self.METRIC_KEYS], dim=1)
+    def _indices(self, gens: list[torch.Generator], n_rows: int,
+                 device: torch.device) -> torch.Tensor:
+        """Each seed's batch rows [S, B], drawn as its learner's ``sample`` draws them."""
+        return torch.stack([torch.randint(n_rows, (self.cfg.batch_size,), device=device,
+                                          generator=g) for g in gens])
 
     def _polyak(self, target: list[torch.Tensor], source: list[torch.Tensor]) -> None:
         with torch.no_grad():
@@ -270,10 +259,21 @@ class SeedBatchTD3BC:
         opt.step()
         return sq.sqrt()
 
+    def _update_once(self, st: dict[str, Any], gens: list[torch.Generator],
+                     num_updates: int) -> torch.Tensor:
+        """One update of every seed in ``st``; metrics [S, K] in ``METRIC_KEYS`` order (NaN
+        where a delayed update did not run)."""
+        raise NotImplementedError
+
+    def _checked(self, steps: torch.Tensor) -> torch.Tensor:
+        """[U, C]: whether ``CHECKED`` metric c is computed on the update numbered
+        ``steps[u]`` (delayed updates leave NaN by schedule elsewhere)."""
+        return torch.ones(len(steps), len(self.CHECKED), dtype=torch.bool, device=steps.device)
+
     def update(self, progress: float = 0.0) -> dict[int, dict[str, float]]:
         """``cfg.updates_per_iteration`` updates of every active seed; returns each active
-        seed's metrics as ``TD3BC.update`` would (seeds stopped in this call are left out
-        and recorded in ``stopped``)."""
+        seed's metrics as the learner's ``update`` would (seeds stopped in this call are left
+        out and recorded in ``stopped``)."""
         if GRADIENT_HOOKS:
             raise RuntimeError("seed batching does not support gradient hooks (data parallel)")
         seeds = self.active
@@ -291,13 +291,8 @@ class SeedBatchTD3BC:
         rows = torch.stack([self._update_once(st, gens, start + u) for u in range(n)])  # [U,S,K]
         checked = [self.METRIC_KEYS.index(k) for k in self.CHECKED]
         values = rows[:, :, checked]  # [U, S, C]
-        # the actor columns are checked on the updates that step the actor (NaN by schedule
-        # elsewhere), the critic columns on every update
-        phase = 0 if self.cfg.actor_on_first_update else self.cfg.policy_freq - 1
         steps = torch.arange(start, start + n, device=rows.device)
-        actor_rows = (steps % self.cfg.policy_freq == phase)[:, None]  # [U, 1]
-        bad = ~torch.isfinite(values)
-        bad[:, :, 2:] &= actor_rows[:, :, None]
+        bad = ~torch.isfinite(values) & self._checked(steps)[:, None, :]
         means = rows.nanmean(0)  # [S, K]
         first = torch.where(bad.any(-1), torch.arange(n, device=rows.device)[:, None], n)
         first_row = first.min(0).values  # [S]: n if the seed stayed finite
@@ -320,14 +315,14 @@ class SeedBatchTD3BC:
             m["train/updates"] = float(start + n)
             out[i] = m
         if good:
-            self._scatter([seeds[j] for j in good], _select(st, good))
+            self._scatter([seeds[j] for j in good], self._select(st, good))
             for j in good:
                 self.learners[seeds[j]].num_updates = start + n
         return out
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """Every seed's ordinary TD3+BC checkpoint, and the stops."""
+        """Every seed's ordinary checkpoint, and the stops."""
         return {"seeds": [lr.state_dict() for lr in self.learners],
                 "stopped": {i: dataclasses.asdict(s) for i, s in self.stopped.items()}}
 
@@ -337,24 +332,139 @@ class SeedBatchTD3BC:
         self.stopped = {int(i): SeedStop(**s) for i, s in state["stopped"].items()}
 
 
+class SeedBatchTD3BC(SeedBatch):
+    """S ``TD3BC`` learners trained as one (``TD3BC._update_once``, stacked)."""
 
-def _select(st: dict[str, Any], keep: list[int]) -> dict[str, Any]:
-    """``st`` restricted to the batch positions ``keep`` (for the scatter of the good seeds:
-    positions index the leading dimension, so the positions of ``_scatter`` are remapped)."""
-    if len(keep) == st["actor"][0].shape[0]:
-        return st
-    index = torch.tensor(keep, device=st["actor"][0].device)
-    out: dict[str, Any] = {}
-    for net in ("actor", "critic", "actor_target", "critic_target"):
-        out[net] = [p.detach().index_select(0, index) for p in st[net]]
-    for net in ("actor", "critic"):
-        opt = st[f"{net}_opt"]
-        fake = _StateView({q: {"step": opt.state[p]["step"],
-                               "exp_avg": opt.state[p]["exp_avg"].index_select(0, index),
-                               "exp_avg_sq": opt.state[p]["exp_avg_sq"].index_select(0, index)}
-                           for p, q in zip(st[net], out[net], strict=True)})
-        out[f"{net}_opt"] = fake
-    return out
+    LEARNER = TD3BC
+    NETS = ("actor", "critic", "actor_target", "critic_target")
+    OPTIMIZED = ("actor", "critic")
+    METRIC_KEYS = TD3BC.METRIC_KEYS
+    CHECKED = ("loss/critic", "train/grad_norm/critic", "loss/actor", "train/grad_norm/actor")
+
+    def _checked(self, steps: torch.Tensor) -> torch.Tensor:
+        """The actor columns on the updates that step the actor, the critic's on every one."""
+        phase = 0 if self.cfg.actor_on_first_update else self.cfg.policy_freq - 1
+        actor = (steps % self.cfg.policy_freq == phase)[:, None]  # [U, 1]
+        return torch.cat([torch.ones_like(actor).expand(-1, 2), actor.expand(-1, 2)], dim=1)
+
+    def _update_once(self, st: dict[str, Any], gens: list[torch.Generator],
+                     num_updates: int) -> torch.Tensor:
+        """One update of every seed in ``st``; returns metrics [S, K] (NaN where skipped)."""
+        cfg, table = self.cfg, st["table"]
+        lr0 = self.learners[0]
+        s, n_rows, dev = table.shape[0], table.shape[1], table.device
+        dtype = lr0.dtype
+        idx = self._indices(gens, n_rows, dev)
+        noise = torch.stack([torch.randn((cfg.batch_size, lr0.act_dim), device=dev, dtype=dtype,
+                                         generator=g) for g in gens])
+        rows = table[torch.arange(s, device=dev)[:, None], idx]  # [S, B, W]
+        batch = lr0.data.unpack(rows)
+        with torch.no_grad():
+            mean = torch.tanh(self._mlp(st["actor_target"], batch["next_obs"]))
+            noise = (noise * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
+            next_action = (mean + noise).clamp(-1.0, 1.0)
+            next_q = self._critic(st["critic_target"], batch["next_obs"], next_action)
+            target = td_target(batch["reward"], batch["terminated"], next_q.min(1).values,
+                               cfg.gamma)
+        q = self._critic(st["critic"], batch["obs"], batch["action"])  # [S, E, B]
+        critic_loss = (q - target[:, None]).square().mean(-1).sum(-1)  # [S]
+        nan = torch.full((s,), math.nan, device=dev, dtype=dtype)
+        metrics = {"loss/critic": critic_loss.detach(),
+                   "train/grad_norm/critic": self._step(st, "critic", critic_loss.sum()),
+                   "train/q": q.detach().mean((1, 2))}
+        phase = 0 if cfg.actor_on_first_update else cfg.policy_freq - 1
+        if num_updates % cfg.policy_freq == phase:
+            if cfg.lagged_actor_target:
+                self._polyak(st["actor_target"], st["actor"])
+            action = torch.tanh(self._mlp(st["actor"], batch["obs"]))
+            critic = [p.detach() for p in st["critic"]]  # the actor's backward skips them
+            q_pi = self._critic(critic, batch["obs"], action, member=0)  # [S, B]
+            lmbda = cfg.alpha / q_pi.abs().mean(-1).detach()
+            bc = (action - batch["action"]).square().mean((1, 2))
+            actor_loss = -lmbda * q_pi.mean(-1) + bc
+            metrics.update({"loss/actor": actor_loss.detach(),
+                            "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
+                            "train/bc_mse": bc.detach(), "train/lambda": lmbda})
+            if not cfg.lagged_actor_target:
+                self._polyak(st["actor_target"], st["actor"])
+            self._polyak(st["critic_target"], st["critic"])
+        return torch.stack([metrics.get(k, nan).to(dtype) for k in self.METRIC_KEYS], dim=1)
+
+
+class SeedBatchIQL(SeedBatch):
+    """S ``IQL`` learners trained as one (``IQL._update_once``, stacked; the actor's cosine
+    learning rate set on every learner as ``IQL.update`` sets it)."""
+
+    LEARNER = IQL
+    NETS = ("actor", "value", "critic", "critic_target")
+    OPTIMIZED = ("actor", "value", "critic")
+    METRIC_KEYS = IQL.METRIC_KEYS
+    CHECKED = ("loss/value", "train/grad_norm/value", "loss/actor", "train/grad_norm/actor",
+               "loss/critic", "train/grad_norm/critic")
+    """In the default update order (V, actor, Q): the first one named is where it began."""
+
+    def update(self, progress: float = 0.0) -> dict[int, dict[str, float]]:
+        if self.cfg.actor_cosine:
+            lr = self.cfg.actor_lr * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+            for i in self.active:
+                for group in self.learners[i].actor_opt.param_groups:
+                    group["lr"] = lr
+        return super().update(progress)
+
+    def _log_prob(self, params: list[torch.Tensor], obs: torch.Tensor,
+                  action: torch.Tensor) -> torch.Tensor:
+        """``GaussianActor.log_prob`` of S actors (``parameters()`` order: its own log_std
+        [S, A] first, then the net's): [S, B]."""
+        low, high = self.cfg.log_std_range
+        raw = params[0]
+        log_std = (low + torch.sigmoid(raw) * (high - low) if self.cfg.sigmoid_log_std
+                   else raw.clamp(low, high))[:, None, :]
+        z = (action - torch.tanh(self._mlp(params[1:], obs))) / log_std.exp()
+        return (-0.5 * z.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def _critic_step(self, st: dict[str, Any], batch: dict[str, torch.Tensor]
+                     ) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        with torch.no_grad():
+            next_v = self._mlp(st["value"], batch["next_obs"]).squeeze(-1)
+            target = td_target(batch["reward"], batch["terminated"], next_v, cfg.gamma)
+        q = self._critic(st["critic"], batch["obs"], batch["action"])  # [S, E, B]
+        loss = (q - target[:, None]).square().mean(-1).sum(-1)  # [S]
+        return {"loss/critic": loss.detach(),
+                "train/grad_norm/critic": self._step(st, "critic", loss.sum()),
+                "train/q": q.detach().mean((1, 2))}
+
+    def _update_once(self, st: dict[str, Any], gens: list[torch.Generator],
+                     num_updates: int) -> torch.Tensor:
+        cfg, table = self.cfg, st["table"]
+        s, n_rows, dev = table.shape[0], table.shape[1], table.device
+        idx = self._indices(gens, n_rows, dev)
+        batch = self.learners[0].data.unpack(table[torch.arange(s, device=dev)[:, None], idx])
+        obs, action = batch["obs"], batch["action"]
+        with torch.no_grad():
+            q_target = self._critic(st["critic_target"], obs, action).min(1).values  # [S, B]
+        v = self._mlp(st["value"], obs).squeeze(-1)
+        diff = q_target - v
+        weight = torch.where(diff < 0, 1.0 - cfg.expectile, cfg.expectile)
+        v_loss = (weight * diff.square()).mean(-1)  # [S]
+        metrics = {"loss/value": v_loss.detach(), "train/v_gap": diff.detach().mean(-1)}
+        if not cfg.q_on_updated_value:
+            metrics.update(self._critic_step(st, batch))
+        metrics["train/grad_norm/value"] = self._step(st, "value", v_loss.sum())
+        if cfg.actor_on_updated_value:
+            with torch.no_grad():
+                v = self._mlp(st["value"], obs).squeeze(-1)
+        advantage = (q_target - v).detach()
+        w = torch.exp(advantage / cfg.temperature).clamp(max=cfg.max_weight)
+        actor_loss = -(w * self._log_prob(st["actor"], obs, action)).mean(-1)  # [S]
+        metrics.update({"loss/actor": actor_loss.detach(),
+                        "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
+                        "train/weight": w.mean(-1)})
+        if cfg.q_on_updated_value:
+            metrics.update(self._critic_step(st, batch))
+        self._polyak(st["critic_target"], st["critic"])
+        dtype = self.learners[0].dtype
+        return torch.stack([metrics[k].to(dtype) for k in self.METRIC_KEYS], dim=1)
 
 
 class _StateView:

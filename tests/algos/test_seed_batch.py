@@ -1,5 +1,5 @@
-"""Seed-batched TD3+BC (issue 46): every seed of a batch is the run of that seed alone, and a
-diverging seed is stopped without stopping the others."""
+"""Seed-batched TD3+BC and IQL (issue 46): every seed of a batch is the run of that seed alone,
+and a diverging seed is stopped without stopping the others."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from robotrl.algos.offline.seed_batch import SeedBatchTD3BC
+from robotrl.algos.offline.iql import IQL, IQLConfig
+from robotrl.algos.offline.seed_batch import SeedBatch, SeedBatchIQL, SeedBatchTD3BC
 from robotrl.algos.offline.td3bc import TD3BC, TD3BCConfig
 from robotrl.data import Dataset, DatasetCard
 from robotrl.seeding import seed_everything
@@ -43,21 +44,25 @@ def config(**over: object) -> TD3BCConfig:
                           **over})
 
 
-def solo(seed: int, cfg: TD3BCConfig, data: Dataset) -> TD3BC:
+def solo(seed: int, cfg: TD3BCConfig | IQLConfig, data: Dataset) -> TD3BC | IQL:
     seed_everything(seed)
-    learner = TD3BC(5, -2 * torch.ones(2), 2 * torch.ones(2), cfg, seed=seed)
+    cls = IQL if isinstance(cfg, IQLConfig) else TD3BC
+    learner = cls(5, -2 * torch.ones(2), 2 * torch.ones(2), cfg, seed=seed)
     learner.attach(data)
     return learner
 
 
-def state(learner: TD3BC) -> dict[str, torch.Tensor]:
-    """Every network parameter, Adam moment and step count, and the generator state."""
+def state(learner: TD3BC | IQL) -> dict[str, torch.Tensor]:
+    """Every network parameter, Adam moment, step count and learning rate, and the generator
+    state."""
+    batch: type[SeedBatch] = SeedBatchIQL if isinstance(learner, IQL) else SeedBatchTD3BC
     out: dict[str, torch.Tensor] = {}
-    for net in ("actor", "critic", "actor_target", "critic_target"):
+    for net in batch.NETS:
         for name, p in getattr(learner, net).named_parameters():
             out[f"{net}.{name}"] = p.detach().clone()
-    for net in ("actor", "critic"):
+    for net in batch.OPTIMIZED:
         opt = getattr(learner, f"{net}_opt")
+        out[f"{net}_opt.lr"] = torch.tensor(float(opt.param_groups[0]["lr"]))
         for name, p in getattr(learner, net).named_parameters():
             for key, value in opt.state[p].items():
                 out[f"{net}_opt.{name}.{key}"] = value.detach().clone().double()
@@ -134,6 +139,58 @@ def test_a_diverging_seed_is_stopped_alone(net: str, update: int, metric: str) -
     for i in (0, 2):
         assert max_diff(state(batch.learners[i]), state(alone[i])) < TOL
     assert batch.active == [0, 2] and batch.learners[1].num_updates == 4
+
+
+def iql_config(**over: object) -> IQLConfig:
+    return IQLConfig(**{"updates_per_iteration": 4, "batch_size": 32, "hidden": (16, 16),
+                        **over})
+
+
+@pytest.mark.parametrize("over", [{}, {"q_on_updated_value": False,
+                                       "actor_on_updated_value": False,
+                                       "sigmoid_log_std": True, "actor_cosine": False}])
+def test_every_iql_seed_is_its_solo_run(over: dict[str, object]) -> None:
+    """IQL, two calls of 4 updates at different progress (the cosine actor rate moves): every
+    parameter, Adam moment, learning rate and generator state of every seed equals that seed
+    alone, and so do the metrics, in both update orders."""
+    cfg, data = iql_config(**over), dataset()
+    batch = SeedBatchIQL([solo(s, cfg, data) for s in SEEDS])
+    alone = [solo(s, cfg, data) for s in SEEDS]
+    for progress in (0.0, 0.4):
+        metrics = batch.update(progress)
+        solo_metrics = [learner.update(progress) for learner in alone]
+    worst = 0.0
+    for i in range(len(SEEDS)):
+        worst = max(worst, max_diff(state(batch.learners[i]), state(alone[i])))
+        assert metrics[i].keys() == solo_metrics[i].keys()
+        for key, value in metrics[i].items():
+            assert value == pytest.approx(solo_metrics[i][key], rel=1e-6, abs=1e-9), key
+    assert worst < TOL, worst
+    print(f"IQL: max |batched - solo| = {worst:.3e}")
+
+
+def test_a_diverging_iql_seed_is_stopped_alone() -> None:
+    cfg, data = iql_config(), dataset()
+    batch = SeedBatchIQL([solo(s, cfg, data) for s in SEEDS])
+    alone = [solo(s, cfg, data) for s in SEEDS]
+    batch.update()
+    for learner in alone:
+        learner.update()
+    with torch.no_grad():  # poison seed 2's value network
+        next(batch.learners[2].value.parameters()).view(-1)[0] = float("nan")
+    metrics = batch.update()
+    assert sorted(metrics) == [0, 1]
+    stop = batch.stopped[2]
+    assert (stop.update, stop.metric, stop.last_good) == (5, "loss/value", 4)
+    for i in (0, 1):
+        alone[i].update()
+        assert max_diff(state(batch.learners[i]), state(alone[i])) < TOL
+
+
+def test_a_batch_holds_one_learner_class() -> None:
+    data = dataset()
+    with pytest.raises(TypeError, match="SeedBatchIQL batches IQL only, got TD3BC"):
+        SeedBatchIQL([solo(0, config(), data)])
 
 
 def test_checkpoints_are_ordinary_td3bc_checkpoints() -> None:

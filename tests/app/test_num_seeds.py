@@ -13,9 +13,9 @@ from robotrl.config import TrainConfig, from_dict
 from robotrl.experiment import Experiment, RunDir
 
 
-def config(pendulum: Path, run_dir: Path, **over: object) -> TrainConfig:
+def config(pendulum: Path, run_dir: Path, algo: str = "td3bc", **over: object) -> TrainConfig:
     return from_dict(TrainConfig, {
-        "algo": {"name": "td3bc", "updates_per_iteration": 50, "batch_size": 64,
+        "algo": {"name": algo, "updates_per_iteration": 50, "batch_size": 64,
                  "hidden": [32, 32]},
         "dataset": str(pendulum), "env": {"task": "inverted_pendulum", "options": {}},
         "total_steps": 150, "eval_episodes": 2, "eval_interval": 2, "run_dir": str(run_dir),
@@ -28,12 +28,13 @@ def networks(run: Path) -> dict[str, torch.Tensor]:
     return {f"{m}.{k}": v for m, state in modules.items() for k, v in state.items()}
 
 
-def test_each_seed_of_a_batch_is_the_run_of_that_seed_alone(pendulum, tmp_path):
-    batched = Experiment(config(pendulum, tmp_path / "batch", seed=4, num_seeds=2)).run()
+@pytest.mark.parametrize("algo", ["td3bc", "iql"])
+def test_each_seed_of_a_batch_is_the_run_of_that_seed_alone(pendulum, tmp_path, algo):
+    batched = Experiment(config(pendulum, tmp_path / "batch", algo, seed=4, num_seeds=2)).run()
     assert batched is not None and batched["seeds"] == 2
     for seed in (4, 5):
         alone = tmp_path / f"alone{seed}"
-        Experiment(config(pendulum, alone, seed=seed)).run()
+        Experiment(config(pendulum, alone, algo, seed=seed)).run()
         run = RunDir(tmp_path / "batch" / f"s{seed}")
         assert run.finished and run.config.seed == seed and run.config.num_seeds == 1
         # float32: the stacked products may round differently from the solo ones (the float64
@@ -72,7 +73,7 @@ def test_a_diverging_seed_stops_alone(pendulum, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("over, message", [
-    ({"algo": {"name": "bc"}}, r"algo=bc has none \(those that have: \['td3bc'\]\)"),
+    ({"algo": "bc"}, r"algo=bc has none \(those that have: \['iql', 'td3bc'\]\)"),
     ({"num_seeds": 0}, "num_seeds must be >= 1, got 0"),
     ({"resume": "x.pt"}, "num_seeds > 1 does not take resume="),
 ])
