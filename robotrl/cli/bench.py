@@ -46,10 +46,16 @@ def _parse(argv: list[str]) -> tuple[str, str, dict[str, Any], dict[str, Any], l
     return action, path, fields, parse_kv(options, OPTIONS), hydra_args, check
 
 
-def _merged(grid: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(this grid's records: this machine's, with the results file's for cells not run here;
-    the results file's records of cells outside this invocation's grid, e.g. ``seeds=[0]``)."""
+    the results file's records of cells outside this invocation's grid, e.g. ``seeds=[0]``).
+
+    ``check`` (``--check``: does the committed report say what the committed results say?)
+    keeps a results-file record whose config the grid no longer composes, and warns: a changed
+    default must not turn every committed table red before its cells can be rerun; writing the
+    report (no ``--check``) marks such a cell missing (stale)."""
     from robotrl.bench.harness import collect, current
+    from robotrl.logging import console
 
     records = collect(grid)
     path = grid.results_path
@@ -63,6 +69,11 @@ def _merged(grid: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         old = done.get(_key(r))
         if old is None or current(grid, cells[_key(r)], old):
             return old or r
+        if check:
+            console.print(f"[yellow]warning: {grid.name} {' '.join(map(str, _key(r)))}: the "
+                          "committed record is of a config the grid no longer composes; rerun "
+                          "the cell[/yellow]")
+            return old
         if r["missing"].startswith("stale"):
             return r
         return {**r, "missing": "stale: the results file's record is of a config the grid no "
@@ -145,7 +156,7 @@ def bench_main(argv: list[str]) -> None:
         except ValueError as err:
             raise SystemExit(f"bench error: {err}") from None
         console.print(f"ran in {seconds / 60:.1f} min")
-    records, kept = _merged(grid)
+    records, kept = _merged(grid, check)
     machines = sorted({r["machine"] for r in records if r.get("machine")})
     text, _ = report(grid, records, machines, with_figures=options.get("figures", not check))
     if check:

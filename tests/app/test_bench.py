@@ -108,6 +108,9 @@ def test_a_changed_config_is_not_passed_off_as_the_cell(pendulum, tmp_path, caps
     import shutil
 
     shutil.move(grid.run_dir(cell), tmp_path / "elsewhere")
+    bench_main(["report", str(tuned), "--check"])  # the committed pair still agrees: kept
+    said = capsys.readouterr()
+    assert "the committed record is of a config the grid no longer composes" in said.err
     bench_main(["report", str(tuned), "figures=false"])
     assert "s0: stale: the results file's record is of a config" in (
         tmp_path / "committed" / "report.md").read_text()
