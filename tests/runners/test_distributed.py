@@ -120,7 +120,9 @@ def test_two_ranks_learn_like_one_process_with_twice_the_worlds(tmp_path: Path) 
     import json
     import statistics
 
-    common = ("env=inverted_pendulum", "algo.rollout_steps=32", "total_steps=12288",
+    # ~tuned: PPO's own defaults, not configs/tuned/ppo_inverted_pendulum.yaml (rl-zoo's
+    # one-world recipe, which learns far less in 12k steps: 55 here): the claim is about ranks
+    common = ("env=inverted_pendulum", "~tuned", "algo.rollout_steps=32", "total_steps=12288",
               "eval_episodes=8", "eval_interval=0", "algo.actor_hidden=[64,64]",
               "algo.critic_hidden=[64,64]", "backend.num_threads=1")
     returns: dict[str, list[float]] = {"two": [], "one": []}
