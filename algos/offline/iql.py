@@ -113,11 +113,16 @@ class IQL(OfflineLearner):
         return (return_range_scale(data), 0.0) if self.cfg.normalize_reward else (1.0, 0.0)
 
     def update(self, progress: float = 0.0) -> dict[str, float]:
-        if self.cfg.actor_cosine:  # a function of progress: resume needs no scheduler state
+        self.set_actor_lr(progress)
+        return super().update(progress)
+
+    def set_actor_lr(self, progress: float) -> None:
+        """The actor's cosine-annealed rate at ``progress`` (with ``actor_cosine``): a function
+        of progress, so resume needs no scheduler state."""
+        if self.cfg.actor_cosine:
             lr = self.cfg.actor_lr * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
             for group in self.actor_opt.param_groups:
                 group["lr"] = lr
-        return super().update(progress)
 
     def _update_once(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         cfg, obs, action = self.cfg, batch["obs"], batch["action"]

@@ -404,11 +404,8 @@ class SeedBatchIQL(SeedBatch):
     """In the default update order (V, actor, Q): the first one named is where it began."""
 
     def update(self, progress: float = 0.0) -> dict[int, dict[str, float]]:
-        if self.cfg.actor_cosine:
-            lr = self.cfg.actor_lr * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-            for i in self.active:
-                for group in self.learners[i].actor_opt.param_groups:
-                    group["lr"] = lr
+        for i in self.active:
+            self.learners[i].set_actor_lr(progress)
         return super().update(progress)
 
     def _log_prob(self, params: list[torch.Tensor], obs: torch.Tensor,

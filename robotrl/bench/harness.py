@@ -48,13 +48,25 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def finished(grid: Grid, cell: Cell) -> dict[str, Any] | None:
-    """The cell's ``result.json`` if it reached its budget with the config the grid composes
-    today, else None (a run whose config has ``changed`` since is not this cell's result)."""
+def reached(grid: Grid, cell: Cell) -> dict[str, Any] | None:
+    """The cell's ``result.json`` if its run reached the budget (whatever config it ran)."""
     done = read_json(grid.run_dir(cell) / RESULT_FILE)
     if done is None or done.get("total_steps") != cell.budget or done["step"] < cell.budget:
         return None
-    return None if changed(grid, cell) else done
+    return done
+
+
+def status(grid: Grid, cell: Cell) -> tuple[dict[str, Any] | None, list[str]]:
+    """(``result.json`` if the cell finished with the config the grid composes today, else
+    None; ``changed`` of its run): one composition per cell for callers that need both."""
+    done, diff = reached(grid, cell), changed(grid, cell)
+    return (None if diff else done), diff
+
+
+def finished(grid: Grid, cell: Cell) -> dict[str, Any] | None:
+    """The cell's ``result.json`` if it reached its budget with the config the grid composes
+    today, else None (a run whose config has ``changed`` since is not this cell's result)."""
+    return status(grid, cell)[0]
 
 
 def composed(grid: Grid, cell: Cell) -> Any:
@@ -165,7 +177,7 @@ def run_seed_batch(grid: Grid, cells: list[Cell]) -> None:
                       f"{type(err).__name__}: {err}[/red]")
         return
     for cell in cells:
-        done = finished(grid, cell)
+        done = reached(grid, cell)  # trained just now, with the config the grid composes
         if done is not None:
             (grid.run_dir(cell) / "failed.json").unlink(missing_ok=True)
             score = done["final"].get(grid.metric, float("nan"))
@@ -178,9 +190,8 @@ def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
     from robotrl.logging import console
 
     run = grid.run_dir(cell)
-    done = finished(grid, cell)
+    done, diff = status(grid, cell)
     if done is None:
-        diff = changed(grid, cell)
         if diff:  # never resumed or reused under another config: set aside, start over
             aside = run.with_name(run.name + ".stale")
             shutil.rmtree(aside, ignore_errors=True)
@@ -196,7 +207,7 @@ def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
                 run_peer(grid, cell)
             if grid.ope_updates and cell.runner == ROBOTRL:
                 ope_stage(grid, cell)
-            done = finished(grid, cell)
+            done = reached(grid, cell)  # trained just now, with the config the grid composes
             if done is None:
                 raise RuntimeError(f"{run} has no result.json for {cell.budget:,} steps")
         except KeyboardInterrupt:
@@ -249,14 +260,8 @@ def launch(grid_path: str, grid: Grid, launcher: str = "basic", jobs: int = 1,
     cells = grid.cells()
     indices = [i for i in (only if only is not None else range(len(cells)))
                if finished(grid, cells[i]) is None]
-    batched: dict[Cell, list[Cell]] = {}  # a seed batch's first cell -> the batch
-    for i in list(indices):
-        group = seed_batch(grid, cells[i])
-        if len(group) > 1:
-            if group[0] in batched or cells[i] != group[0]:
-                indices.remove(i)  # its batch runs under the batch's first cell
-            batched.setdefault(group[0], group)
-    indices += [cells.index(c) for c in batched if cells.index(c) not in indices]
+    # one job per seed batch, under its first cell (dict keys: order kept, duplicates dropped)
+    indices = list(dict.fromkeys(cells.index(seed_batch(grid, cells[i])[0]) for i in indices))
     if not indices:
         return 0.0
     overrides = [f"cell={','.join(map(str, indices))}", f"grid={_quote(grid_path)}",
@@ -298,10 +303,9 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
         base = {"runner": cell.runner, "algo": cell.algo, "target": cell.target,
                 "seed": cell.seed, "budget": cell.budget}
         run = grid.run_dir(cell)
-        done = finished(grid, cell)
+        done, diff = status(grid, cell)
         if done is None:
             failed = read_json(run / "failed.json")
-            diff = changed(grid, cell)
             why = (f"stale: the config changed since it ran ({'; '.join(diff)})" if diff
                    else failed["error"] if failed else "not run")
             records.append({**base, "missing": why})

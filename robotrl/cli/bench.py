@@ -126,7 +126,7 @@ def _indices(value: object, count: int) -> list[int]:
 
 def bench_main(argv: list[str]) -> None:
     from robotrl.bench.grid import load_grid
-    from robotrl.bench.harness import changed, finished, launch
+    from robotrl.bench.harness import finished, launch, status
     from robotrl.bench.report import report
     from robotrl.checkpoint import atomic_open
     from robotrl.logging import console
@@ -139,7 +139,8 @@ def bench_main(argv: list[str]) -> None:
     cells = grid.cells()
     if action == "list":
         for i, cell in enumerate(cells):
-            state = "done" if finished(grid, cell) else "stale" if changed(grid, cell) else "todo"
+            done, diff = status(grid, cell)
+            state = "done" if done else "stale" if diff else "todo"
             console.print(f"{i:4d} {state} {cell.label} -> {grid.run_dir(cell)}")
         return
     if action == "run":

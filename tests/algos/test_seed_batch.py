@@ -81,6 +81,27 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return worst
 
 
+def batch_and_alone(cfg: TD3BCConfig | IQLConfig) -> tuple[SeedBatch, list[TD3BC | IQL]]:
+    """The batch of SEEDS and, beside it, each seed's learner alone, on the same data."""
+    data = dataset()
+    cls = SeedBatchIQL if isinstance(cfg, IQLConfig) else SeedBatchTD3BC
+    return cls([solo(s, cfg, data) for s in SEEDS]), [solo(s, cfg, data) for s in SEEDS]
+
+
+def worst_difference(batch: SeedBatch, alone: list[TD3BC | IQL],
+                     metrics: dict[int, dict[str, float]],
+                     solo_metrics: list[dict[str, float]]) -> float:
+    """Every seed's metrics equal its solo learner's (the solo learner averages them in
+    float32); the largest state difference between a seed and its solo learner."""
+    worst = 0.0
+    for i in range(len(SEEDS)):
+        worst = max(worst, max_diff(state(batch.learners[i]), state(alone[i])))
+        assert metrics[i].keys() == solo_metrics[i].keys()
+        for key, value in metrics[i].items():
+            assert value == pytest.approx(solo_metrics[i][key], rel=1e-6, abs=1e-9), key
+    return worst
+
+
 @pytest.mark.parametrize("over", [{}, {"actor_on_first_update": True,
                                        "lagged_actor_target": True, "policy_freq": 3}])
 def test_every_seed_is_its_solo_run(over: dict[str, object]) -> None:
@@ -88,19 +109,11 @@ def test_every_seed_is_its_solo_run(over: dict[str, object]) -> None:
     continues from the Adam state written back after the first): every parameter, target,
     Adam moment, step count and generator state of every seed equals that seed trained alone,
     and so do the metrics."""
-    cfg, data = config(**over), dataset()
-    batch = SeedBatchTD3BC([solo(s, cfg, data) for s in SEEDS])
-    alone = [solo(s, cfg, data) for s in SEEDS]
+    batch, alone = batch_and_alone(config(**over))
     for _ in range(2):
         metrics = batch.update()
         solo_metrics = [learner.update() for learner in alone]
-    worst = 0.0
-    for i in range(len(SEEDS)):
-        worst = max(worst, max_diff(state(batch.learners[i]), state(alone[i])))
-        assert metrics[i].keys() == solo_metrics[i].keys()
-        for key, value in metrics[i].items():
-            # the solo learner averages its metrics in float32
-            assert value == pytest.approx(solo_metrics[i][key], rel=1e-6, abs=1e-9), key
+    worst = worst_difference(batch, alone, metrics, solo_metrics)
     assert worst < TOL, worst
     assert not batch.stopped
     print(f"max |batched - solo| = {worst:.3e}")
@@ -111,9 +124,7 @@ def test_every_seed_is_its_solo_run(over: dict[str, object]) -> None:
 def test_a_diverging_seed_is_stopped_alone(net: str, update: int, metric: str) -> None:
     """Seed 1 poisoned (a NaN weight) after 4 updates: its critic loss is NaN at update 5, or,
     poisoning its actor, its actor loss at update 6 (the first actor update of the call)."""
-    cfg, data = config(), dataset()
-    batch = SeedBatchTD3BC([solo(s, cfg, data) for s in SEEDS])
-    alone = [solo(s, cfg, data) for s in SEEDS]
+    batch, alone = batch_and_alone(config())
     batch.update()
     for learner in alone:
         learner.update()
@@ -153,26 +164,17 @@ def test_every_iql_seed_is_its_solo_run(over: dict[str, object]) -> None:
     """IQL, two calls of 4 updates at different progress (the cosine actor rate moves): every
     parameter, Adam moment, learning rate and generator state of every seed equals that seed
     alone, and so do the metrics, in both update orders."""
-    cfg, data = iql_config(**over), dataset()
-    batch = SeedBatchIQL([solo(s, cfg, data) for s in SEEDS])
-    alone = [solo(s, cfg, data) for s in SEEDS]
+    batch, alone = batch_and_alone(iql_config(**over))
     for progress in (0.0, 0.4):
         metrics = batch.update(progress)
         solo_metrics = [learner.update(progress) for learner in alone]
-    worst = 0.0
-    for i in range(len(SEEDS)):
-        worst = max(worst, max_diff(state(batch.learners[i]), state(alone[i])))
-        assert metrics[i].keys() == solo_metrics[i].keys()
-        for key, value in metrics[i].items():
-            assert value == pytest.approx(solo_metrics[i][key], rel=1e-6, abs=1e-9), key
+    worst = worst_difference(batch, alone, metrics, solo_metrics)
     assert worst < TOL, worst
     print(f"IQL: max |batched - solo| = {worst:.3e}")
 
 
 def test_a_diverging_iql_seed_is_stopped_alone() -> None:
-    cfg, data = iql_config(), dataset()
-    batch = SeedBatchIQL([solo(s, cfg, data) for s in SEEDS])
-    alone = [solo(s, cfg, data) for s in SEEDS]
+    batch, alone = batch_and_alone(iql_config())
     batch.update()
     for learner in alone:
         learner.update()
