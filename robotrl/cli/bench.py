@@ -51,17 +51,24 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
     the results file's records of cells outside this invocation's grid, e.g. ``seeds=[0]``).
 
     ``check`` (``--check``: does the committed report say what the committed results say?)
-    keeps a results-file record whose config the grid no longer composes, and warns: a changed
-    default must not turn every committed table red before its cells can be rerun; writing the
-    report (no ``--check``) marks such a cell missing (stale)."""
+    reads the results file alone (cells finished on this machine since do not count) and keeps
+    a record whose config the grid no longer composes, and warns: a changed default must not
+    turn every committed table red before its cells can be rerun; writing the report (no
+    ``--check``) marks such a cell missing (stale)."""
     from robotrl.bench.harness import collect, current
     from robotrl.logging import console
 
-    records = collect(grid)
     path = grid.results_path
     saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
     done = {_key(r): r for r in saved if "final" in r}
     cells = {_key(vars(c)): c for c in grid.cells()}
+    if check:
+        missing = {_key(r): r for r in saved if "final" not in r}
+        records = [missing.get(key) or {"runner": c.runner, "algo": c.algo, "target": c.target,
+                                        "seed": c.seed, "budget": c.budget, "missing": "not run"}
+                   for key, c in cells.items()]
+    else:
+        records = collect(grid)
 
     def reuse(r: dict[str, Any]) -> dict[str, Any]:
         """A cell not finished here: the results file's record of it, unless that record is of

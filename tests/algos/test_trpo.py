@@ -14,7 +14,7 @@ import torch
 from torch.distributions import Normal, kl_divergence
 
 from robotrl.algos.trpo import TRPO, TRPOConfig, conjugate_gradient, fisher_vector_product
-from robotrl.config import EnvConfig, LoggerConfig, TrainConfig
+from robotrl.config import TrainConfig
 from robotrl.envs import make
 from robotrl.experiment import run_training
 from robotrl.nn.policy import GaussianActorCritic
@@ -261,20 +261,6 @@ def test_trpo_learns_point_env(point_learner: Callable[..., Any]) -> None:
     assert run.before < 8.0
     assert run.after > 16.5, f"return {run.after:.2f} after 10 updates (before: {run.before:.2f})"
     assert all(m["train/kl"] <= run.alg.max_kl * (1 + 1e-5) for m in run.history)
-
-
-@pytest.mark.slow  # the default run, 2M steps: ~4 min on 2 cores
-def test_trpo_default_run_holds_inverted_pendulum(tmp_path: Path) -> None:
-    """``robotrl train algo=trpo env=inverted_pendulum`` with nothing else: the final evaluation
-    stays >= 950. Measured (2M steps, seeds 0-2): 1000/1000/1000; before the std floor it
-    collapsed to 432/492/1000 (4.5/519/111 with the old KL bound 0.06)."""
-    cfg = TrainConfig(algo=TRPOConfig(), env=EnvConfig(task="inverted_pendulum"),
-                      num_envs=32,  # configs/algo/trpo.yaml
-                      run_dir=str(tmp_path), eval_interval=0,
-                      logger=LoggerConfig(tensorboard=False, progress=False))
-    result = run_training(cfg)
-    assert result is not None
-    assert result["return_mean"] >= 950, result
 
 
 @pytest.mark.slow  # a learning run: it must reach a threshold
