@@ -17,6 +17,16 @@ Each configuration runs as fresh subprocesses, interleaved within a repeat so th
 the host's load; the figure is seed-updates per second of wall clock (S x updates / wall
 time from the first launch to the last exit, process start-up included), with the in-loop rate
 (timed inside the workers, after 20 warm-up updates) beside it. Min and median over repeats.
+
+On a GPU (``--device cuda``; issue 46's target: 5 seeds of TD3+BC at 1M updates in <= 9 minutes
+on one H100, after JAX-CORL's ~9 minutes for one seed on a GTX 1080 Ti), one process times, after
+one warm-up call of 1,000 updates: a single seed alone (``solo``), the batch of S with eager
+kernels (``batched_eager``), replayed from CUDA graphs (``batched_graphs``, the default on a GPU)
+and the same with TF32 matrix products (``batched_graphs_tf32``). The figure is updates per
+second of the batch (every seed advances one update) and the minutes 1M updates of all S seeds
+take at that rate.
+
+    python benchmarks/seed_batch.py --device cuda --algo td3bc --seeds 5 --updates 5000
 """
 
 from __future__ import annotations
@@ -74,6 +84,74 @@ def worker(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     learner.update()
     print(json.dumps({"loop_s": time.perf_counter() - t0}))
+
+
+def gpu(args: argparse.Namespace) -> dict[str, Any]:
+    """In-process timings on a CUDA device (see the module docstring)."""
+    import torch
+
+    from robotrl.registry import algorithm, resolve
+    from robotrl.seeding import seed_everything
+
+    dev = torch.device(args.device)
+    data = synthetic(args.rows, args.obs_dim, args.act_dim)
+    low, high = -torch.ones(args.act_dim), torch.ones(args.act_dim)
+    entry = algorithm(args.algo)
+
+    def build(kind: str) -> Any:
+        cfg = entry.config_class()(updates_per_iteration=1000)
+        if kind == "solo":
+            seed_everything(0)
+            learner = entry.learner_class()(args.obs_dim, low, high, cfg, dev, seed=0)
+        else:
+            learner = resolve(entry.seed_batch).create(
+                args.obs_dim, low, high, cfg, range(args.seeds), dev,
+                cuda_graphs=kind != "batched_eager" and dev.type == "cuda")
+        learner.attach(data)
+        return learner
+
+    def sync() -> None:  # (--device cpu:0 runs the same timings on the CPU, graphs off)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    runs: dict[str, list[float]] = {}
+    kinds = ("solo", "batched_eager", "batched_graphs", "batched_graphs_tf32")
+    for r in range(args.repeats):
+        for kind in kinds:
+            torch.backends.cuda.matmul.allow_tf32 = kind.endswith("tf32")
+            learner = build(kind)
+            learner.update()  # warm-up: allocations, cuBLAS handles, the first graph records
+            learner.cfg.updates_per_iteration = args.updates
+            sync()
+            t0 = time.perf_counter()
+            learner.update()
+            sync()
+            rate = args.updates / (time.perf_counter() - t0)
+            runs.setdefault(kind, []).append(rate)
+            console.print(f"repeat {r}: {kind:22s} {rate:8.1f} updates/s")
+            del learner
+    torch.backends.cuda.matmul.allow_tf32 = False
+    summary = {}
+    for kind, rates in runs.items():
+        seeds = 1 if kind == "solo" else args.seeds
+        med = statistics.median(rates)
+        summary[kind] = {"seeds": seeds, "min": min(rates), "median": med, "max": max(rates),
+                         "seed_updates_per_s": seeds * med,
+                         "minutes_1m_updates_all_seeds": 1e6 / med / 60 * (args.seeds / seeds)}
+        console.print(f"{kind:22s} median {med:8.1f} updates/s ({seeds} seed(s)): 1M updates of "
+                      f"{args.seeds} seeds in {summary[kind]['minutes_1m_updates_all_seeds']:.1f}"
+                      " min")
+    best = min((k for k in summary if k != "solo"),
+               key=lambda k: summary[k]["minutes_1m_updates_all_seeds"])
+    minutes = summary[best]["minutes_1m_updates_all_seeds"]
+    checks = [check(f"{args.seeds} seeds x 1M updates <= 9 min ({best})", round(minutes, 2),
+                    minutes <= 9.0)]
+    print_checks(console, checks, lambda c: f": {c['value']} min")
+    return {"meta": {**machine_meta(), "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
+                     "torch": torch.__version__},
+            "args": {k: v for k, v in vars(args).items()
+                     if k not in ("worker", "seed", "threads")},
+            "runs": runs, "summary": summary, "checks": checks}
 
 
 def launch(args: argparse.Namespace, extra: list[str], threads: int,
@@ -137,7 +215,9 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--obs-dim", type=int, default=11)
     p.add_argument("--act-dim", type=int, default=3)
-    p.add_argument("--out", default="", help="default: benchmarks/figures/seed_batch[_iql].json")
+    p.add_argument("--device", default="cpu", help="cuda: in-process GPU timings (docstring)")
+    p.add_argument("--out", default="", help="default: benchmarks/figures/seed_batch[_iql]"
+                                             "[_cuda].json")
     p.add_argument("--worker", choices=("solo", "batch"), help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -145,8 +225,14 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    args.out = args.out or ("benchmarks/figures/seed_batch.json" if args.algo == "td3bc" else
-                            f"benchmarks/figures/seed_batch_{args.algo}.json")
+    suffix = ("" if args.algo == "td3bc" else f"_{args.algo}") + (
+        "" if args.device == "cpu" else "_cuda")
+    args.out = args.out or f"benchmarks/figures/seed_batch{suffix}.json"
+    if args.device != "cpu":
+        console.print(banner(f"seed-batched {args.algo} on {args.device}",
+                             f"S={args.seeds}, {args.updates} timed updates, {args.rows} rows"))
+        write_json(args.out, gpu(args), console)
+        return
     console.print(banner(f"seed-batched {args.algo} vs separate processes",
                          f"S={args.seeds}, {args.updates} updates per seed, 256x256, batch 256",
                          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"))

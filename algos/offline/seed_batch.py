@@ -26,6 +26,15 @@ One update of the batch is, for each seed, the update that seed would make alone
 Equality with separate runs is tested in float64 (``tests/algos/test_seed_batch.py``); in
 float32 the batched products may round differently from the solo ones.
 
+On a CUDA device the updates of a call are replayed from CUDA graphs (``cuda_graphs``; on by
+default there): each seed's random draws are made as above, outside the graph, and copied into
+the graph's static inputs; the rest of an update (sampling rows, forward, backward, Adam with
+``capturable`` step counts, Polyak) is one graph launch instead of ~100 kernel launches. A graph
+is recorded per kind of update (TD3+BC: with or without the delayed actor step) after that kind
+has run eagerly twice in the call (so every optimizer state exists before recording), and is
+dropped at the end of the call. ``tests/algos/test_seed_batch.py`` compares graphed and eager
+batches on a GPU.
+
 Divergence: after each ``update`` call (one host read, as ``summarize_updates`` alone) a seed
 whose critic loss or gradient norm (or, on actor updates, actor loss or gradient norm) is
 non-finite is stopped: its learner keeps the parameters of the end of the previous call (its
@@ -37,7 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
@@ -94,7 +103,10 @@ class SeedBatch:
     CHECKED: tuple[str, ...]
     """Metrics whose non-finite value stops a seed."""
 
-    def __init__(self, learners: Sequence[Any]) -> None:
+    GRAPH_WARMUP = 2
+    """Eager updates of a kind, per ``update`` call, before that kind is recorded as a graph."""
+
+    def __init__(self, learners: Sequence[Any], cuda_graphs: bool | None = None) -> None:
         if not learners:
             raise ValueError("a seed batch needs at least one learner")
         for learner in learners:
@@ -110,10 +122,17 @@ class SeedBatch:
         self.stopped: dict[int, SeedStop] = {}
         self._tables: tuple[tuple[int, ...], torch.Tensor] | None = None
         self._act: nn.Module = make_activation(cfg.activation)
+        on_cuda = learners[0].device.type == "cuda"
+        if cuda_graphs and not on_cuda:
+            raise ValueError(f"cuda_graphs=True needs learners on a CUDA device, got "
+                             f"{learners[0].device}")
+        self.cuda_graphs = on_cuda if cuda_graphs is None else cuda_graphs
+        """Replay the updates from CUDA graphs (default: on a CUDA device)."""
 
     @classmethod
     def create(cls, obs_dim: int, action_low: torch.Tensor, action_high: torch.Tensor,
-               cfg: Any, seeds: Sequence[int], device: str | torch.device = "cpu") -> SeedBatch:
+               cfg: Any, seeds: Sequence[int], device: str | torch.device = "cpu",
+               cuda_graphs: bool | None = None) -> SeedBatch:
         """One learner per seed, each built as ``LEARNER(..., seed=seed)`` alone (construction
         draws the initial weights from torch's global generator: seed it per learner, as a
         run does, with ``seed_everything(seed)`` before building)."""
@@ -123,7 +142,7 @@ class SeedBatch:
         for seed in seeds:
             seed_everything(seed)
             learners.append(cls.LEARNER(obs_dim, action_low, action_high, cfg, device, seed=seed))
-        return cls(learners)
+        return cls(learners, cuda_graphs)
 
     @property
     def active(self) -> list[int]:
@@ -147,7 +166,8 @@ class SeedBatch:
             for p in st[net]:
                 p.requires_grad_(True)
             solo = [getattr(lr, f"{net}_opt") for lr in ls]
-            opt = adam(st[net], solo[0].param_groups[0]["lr"])  # the learner's lr as it is now
+            # the learner's lr as it is now
+            opt = adam(st[net], solo[0].param_groups[0]["lr"], capturable=self.cuda_graphs)
             params = [list(getattr(lr, net).parameters()) for lr in ls]
             first = solo[0].state.get(params[0][0])
             if first is not None:
@@ -239,11 +259,16 @@ class SeedBatch:
         return x.reshape(s, e, -1)
 
     # ------------------------------------------------------------------ learning
-    def _indices(self, gens: list[torch.Generator], n_rows: int,
-                 device: torch.device) -> torch.Tensor:
-        """Each seed's batch rows [S, B], drawn as its learner's ``sample`` draws them."""
-        return torch.stack([torch.randint(n_rows, (self.cfg.batch_size,), device=device,
-                                          generator=g) for g in gens])
+    def _draws(self, gens: list[torch.Generator], n_rows: int,
+               device: torch.device) -> dict[str, torch.Tensor]:
+        """One update's random draws, each seed's from its own generator in the order its
+        learner draws them: here the batch rows ``idx`` [S, B] (the learner's ``sample``)."""
+        return {"idx": torch.stack([torch.randint(n_rows, (self.cfg.batch_size,), device=device,
+                                                  generator=g) for g in gens])}
+
+    def _branch(self, num_updates: int) -> Hashable:
+        """The kind of update numbered ``num_updates`` (one CUDA graph per kind)."""
+        return None
 
     def _polyak(self, target: list[torch.Tensor], source: list[torch.Tensor]) -> None:
         with torch.no_grad():
@@ -259,11 +284,49 @@ class SeedBatch:
         opt.step()
         return sq.sqrt()
 
-    def _update_once(self, st: dict[str, Any], gens: list[torch.Generator],
+    def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
                      num_updates: int) -> torch.Tensor:
-        """One update of every seed in ``st``; metrics [S, K] in ``METRIC_KEYS`` order (NaN
-        where a delayed update did not run)."""
+        """One update of every seed in ``st`` with ``draws`` (``_draws``); metrics [S, K] in
+        ``METRIC_KEYS`` order (NaN where a delayed update did not run). No host reads: it is
+        recorded in CUDA graphs."""
         raise NotImplementedError
+
+    def _run(self, st: dict[str, Any], gens: list[torch.Generator], start: int,
+             n: int) -> torch.Tensor:
+        """Updates ``start`` .. ``start + n - 1`` of every seed in ``st``: metrics [U, S, K]."""
+        table = st["table"]
+        n_rows, dev = table.shape[1], table.device
+        if not self.cuda_graphs:
+            return torch.stack([self._update_once(st, self._draws(gens, n_rows, dev), start + u)
+                                for u in range(n)])
+        current = torch.cuda.current_stream(dev)
+        side = torch.cuda.Stream(dev)
+        eager: dict[Hashable, int] = {}
+        graphs: dict[Hashable, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor],
+                                     torch.Tensor]] = {}
+        rows = []
+        for u in range(n):
+            draws = self._draws(gens, n_rows, dev)
+            kind = self._branch(start + u)
+            if eager.get(kind, 0) < self.GRAPH_WARMUP:  # as torch's docs: warm up on a side stream
+                eager[kind] = eager.get(kind, 0) + 1
+                side.wait_stream(current)
+                with torch.cuda.stream(side):
+                    rows.append(self._update_once(st, draws, start + u))
+                current.wait_stream(side)
+                continue
+            if kind not in graphs:
+                static = {k: v.clone() for k, v in draws.items()}
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):  # records; runs nothing
+                    out = self._update_once(st, static, start + u)
+                graphs[kind] = (graph, static, out)
+            graph, static, out = graphs[kind]
+            for k, v in draws.items():
+                static[k].copy_(v)
+            graph.replay()
+            rows.append(out.clone())
+        return torch.stack(rows)
 
     def _checked(self, steps: torch.Tensor) -> torch.Tensor:
         """[U, C]: whether ``CHECKED`` metric c is computed on the update numbered
@@ -288,7 +351,7 @@ class SeedBatch:
         gens = [lr.generator for lr in ls]
         gen_states = [g.get_state() for g in gens]  # restored for seeds stopped in this call
         n = self.cfg.updates_per_iteration
-        rows = torch.stack([self._update_once(st, gens, start + u) for u in range(n)])  # [U,S,K]
+        rows = self._run(st, gens, start, n)  # [U, S, K]
         checked = [self.METRIC_KEYS.index(k) for k in self.CHECKED]
         values = rows[:, :, checked]  # [U, S, C]
         steps = torch.arange(start, start + n, device=rows.device)
@@ -347,16 +410,30 @@ class SeedBatchTD3BC(SeedBatch):
         actor = (steps % self.cfg.policy_freq == phase)[:, None]  # [U, 1]
         return torch.cat([torch.ones_like(actor).expand(-1, 2), actor.expand(-1, 2)], dim=1)
 
-    def _update_once(self, st: dict[str, Any], gens: list[torch.Generator],
+    def _draws(self, gens: list[torch.Generator], n_rows: int,
+               device: torch.device) -> dict[str, torch.Tensor]:
+        """Each seed's batch rows, then its target-smoothing noise [S, B, A] (``sample``, then
+        ``_smoothed_next_action``)."""
+        lr0 = self.learners[0]
+        out = super()._draws(gens, n_rows, device)
+        out["noise"] = torch.stack([
+            torch.randn((self.cfg.batch_size, lr0.act_dim), device=device, dtype=lr0.dtype,
+                        generator=g) for g in gens])
+        return out
+
+    def _branch(self, num_updates: int) -> Hashable:
+        """Whether update ``num_updates`` steps the actor and the targets."""
+        phase = 0 if self.cfg.actor_on_first_update else self.cfg.policy_freq - 1
+        return num_updates % self.cfg.policy_freq == phase
+
+    def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
                      num_updates: int) -> torch.Tensor:
         """One update of every seed in ``st``; returns metrics [S, K] (NaN where skipped)."""
         cfg, table = self.cfg, st["table"]
         lr0 = self.learners[0]
-        s, n_rows, dev = table.shape[0], table.shape[1], table.device
+        s, dev = table.shape[0], table.device
         dtype = lr0.dtype
-        idx = self._indices(gens, n_rows, dev)
-        noise = torch.stack([torch.randn((cfg.batch_size, lr0.act_dim), device=dev, dtype=dtype,
-                                         generator=g) for g in gens])
+        idx, noise = draws["idx"], draws["noise"]
         rows = table[torch.arange(s, device=dev)[:, None], idx]  # [S, B, W]
         batch = lr0.data.unpack(rows)
         with torch.no_grad():
@@ -372,8 +449,7 @@ class SeedBatchTD3BC(SeedBatch):
         metrics = {"loss/critic": critic_loss.detach(),
                    "train/grad_norm/critic": self._step(st, "critic", critic_loss.sum()),
                    "train/q": q.detach().mean((1, 2))}
-        phase = 0 if cfg.actor_on_first_update else cfg.policy_freq - 1
-        if num_updates % cfg.policy_freq == phase:
+        if self._branch(num_updates):
             if cfg.lagged_actor_target:
                 self._polyak(st["actor_target"], st["actor"])
             action = torch.tanh(self._mlp(st["actor"], batch["obs"]))
@@ -431,11 +507,11 @@ class SeedBatchIQL(SeedBatch):
                 "train/grad_norm/critic": self._step(st, "critic", loss.sum()),
                 "train/q": q.detach().mean((1, 2))}
 
-    def _update_once(self, st: dict[str, Any], gens: list[torch.Generator],
+    def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
                      num_updates: int) -> torch.Tensor:
         cfg, table = self.cfg, st["table"]
-        s, n_rows, dev = table.shape[0], table.shape[1], table.device
-        idx = self._indices(gens, n_rows, dev)
+        s, dev = table.shape[0], table.device
+        idx = draws["idx"]
         batch = self.learners[0].data.unpack(table[torch.arange(s, device=dev)[:, None], idx])
         obs, action = batch["obs"], batch["action"]
         with torch.no_grad():

@@ -44,10 +44,11 @@ def config(**over: object) -> TD3BCConfig:
                           **over})
 
 
-def solo(seed: int, cfg: TD3BCConfig | IQLConfig, data: Dataset) -> TD3BC | IQL:
+def solo(seed: int, cfg: TD3BCConfig | IQLConfig, data: Dataset,
+         device: str = "cpu") -> TD3BC | IQL:
     seed_everything(seed)
     cls = IQL if isinstance(cfg, IQLConfig) else TD3BC
-    learner = cls(5, -2 * torch.ones(2), 2 * torch.ones(2), cfg, seed=seed)
+    learner = cls(5, -2 * torch.ones(2), 2 * torch.ones(2), cfg, device, seed=seed)
     learner.attach(data)
     return learner
 
@@ -81,11 +82,13 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return worst
 
 
-def batch_and_alone(cfg: TD3BCConfig | IQLConfig) -> tuple[SeedBatch, list[TD3BC | IQL]]:
+def batch_and_alone(cfg: TD3BCConfig | IQLConfig, device: str = "cpu"
+                    ) -> tuple[SeedBatch, list[TD3BC | IQL]]:
     """The batch of SEEDS and, beside it, each seed's learner alone, on the same data."""
     data = dataset()
     cls = SeedBatchIQL if isinstance(cfg, IQLConfig) else SeedBatchTD3BC
-    return cls([solo(s, cfg, data) for s in SEEDS]), [solo(s, cfg, data) for s in SEEDS]
+    return (cls([solo(s, cfg, data, device) for s in SEEDS]),
+            [solo(s, cfg, data, device) for s in SEEDS])
 
 
 def worst_difference(batch: SeedBatch, alone: list[TD3BC | IQL],
@@ -187,6 +190,32 @@ def test_a_diverging_iql_seed_is_stopped_alone() -> None:
     for i in (0, 1):
         alone[i].update()
         assert max_diff(state(batch.learners[i]), state(alone[i])) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("cfg", [config(updates_per_iteration=12),
+                                 config(updates_per_iteration=12, policy_freq=3,
+                                        actor_on_first_update=True),
+                                 iql_config(updates_per_iteration=12)],
+                         ids=["td3bc", "td3bc-freq3", "iql"])
+def test_cuda_graphs_replay_each_seed_alone(cfg: TD3BCConfig | IQLConfig) -> None:
+    """On a GPU the batch replays CUDA graphs (12 updates a call: each kind of update twice
+    eagerly, then recorded and replayed) and is still every seed's run alone, in float64 over
+    two calls (the second records its graphs anew over the Adam state written back)."""
+    batch, alone = batch_and_alone(cfg, "cuda")
+    assert batch.cuda_graphs
+    for progress in (0.0, 0.4):
+        metrics = batch.update(progress)
+        solo_metrics = [learner.update(progress) for learner in alone]
+    worst = worst_difference(batch, alone, metrics, solo_metrics)
+    assert worst < TOL, worst
+    print(f"{type(batch).__name__} with CUDA graphs: max |batched - solo| = {worst:.3e}")
+
+
+def test_cuda_graphs_need_a_cuda_device() -> None:
+    with pytest.raises(ValueError, match="cuda_graphs=True needs learners on a CUDA device"):
+        SeedBatchTD3BC([solo(0, config(), dataset())], cuda_graphs=True)
 
 
 def test_a_batch_holds_one_learner_class() -> None:
