@@ -7,6 +7,8 @@
     robotrl dataset collect kind=medium-replay checkpoint=runs/hopper_short/checkpoints/last.pt \\
         expert=runs/hopper/checkpoints/best.pt        # what that run saw until its checkpoint
     robotrl dataset collect kind=medium-expert checkpoint=MEDIUM.pt expert=EXPERT.pt
+    robotrl dataset collect kind=medium-expert checkpoint=MEDIUM.pt expert=EXPERT.pt \
+        backend=gymnasium id=gymnasium/hopper/medium-expert-v0   # Gymnasium's own Hopper-v5
     robotrl dataset collect task=tabletop kind=scripted steps=20000 noise=0.3   # demonstrations
     robotrl dataset collect task=tabletop kind=scripted options.templates=[reach] \
         options.image_size=16                         # task options (the card records them)
@@ -20,7 +22,10 @@ group the task has (image and instruction tokens included) and the noise-free ex
 ``ref_max_score``. ``options.KEY=VALUE`` sets a task option (``env.options`` of a run; values
 are YAML) for ``kind=random`` and ``kind=scripted``; the kinds that act with a checkpoint use
 its run's options. The card records them (``task_options``), and offline runs on the dataset
-evaluate with them. The dataset is written with Minari (``out`` is the datasets root,
+evaluate with them. ``backend`` (default ``mujoco``) is the simulator that records, references
+included: ``gymnasium`` steps Gymnasium's own env of the task (``gymnasium.make_vec`` of its
+Gymnasium id), the same policies acting; the card records it (``simulator``). ``medium-replay``
+repeats a training run in that run's own simulator and takes no ``backend``. The dataset is written with Minari (``out`` is the datasets root,
 default ``MINARI_DATASETS_PATH``) or, when ``out`` ends in ``.hdf5``, as a D4RL-style file.
 """
 
@@ -41,6 +46,7 @@ KINDS: tuple[str, ...] = ("random", "medium", "expert", "medium-replay", "medium
 COLLECT_KEYS: dict[str, type] = {
     "task": str, "kind": str, "checkpoint": str, "expert": str, "steps": int, "num_envs": int,
     "seed": int, "noise": float, "out": str, "id": str, "eval_episodes": int, "progress": bool,
+    "backend": str,
 }
 
 
@@ -50,12 +56,16 @@ def _fail(message: str) -> None:
 
 
 def _checkpoint_policy(run: tuple[Any, dict[str, Any]], num_envs: int,
-                       seed: int) -> tuple[Any, Any]:
+                       seed: int, backend: str = "mujoco") -> tuple[Any, Any]:
     """(env, deterministic policy) of a trained run (``load_run``'s config and checkpoint), on
-    nominal physics."""
+    nominal physics, simulated by ``backend``."""
+    import dataclasses
+
     from robotrl.experiment.build import build_algo, build_env
 
     cfg, ckpt = run
+    if backend != cfg.backend.name:
+        cfg = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, name=backend))
     env = build_env(cfg, num_envs, seed, train=False)
     return env, build_algo(cfg, env.spec, ckpt["algo"]).act_deterministic
 
@@ -127,6 +137,12 @@ def collect_main(argv: list[str]) -> None:
         _fail(f"kind={kind} acts with a trained policy: give checkpoint=PATH")
     if kind == "medium-expert" and not expert:
         _fail("kind=medium-expert joins checkpoint= (medium) and expert= (expert) data")
+    backend = str(args.get("backend", "mujoco"))
+    if backend not in ("mujoco", "gymnasium"):
+        _fail(f"backend={backend!r}: datasets are recorded on 'mujoco' or 'gymnasium'")
+    if backend != "mujoco" and kind in ("medium-replay", "scripted"):
+        _fail(f"kind={kind} records on the mujoco backend only (medium-replay repeats the "
+              "training run in its own simulator; scripted experts are robotrl tasks')")
     task = str(args.get("task", ""))
     from robotrl.experiment.build import load_run
 
@@ -154,14 +170,16 @@ def collect_main(argv: list[str]) -> None:
 
     # reference scores first: a failure here costs seconds, not a collection
     try:
-        rand_env = make(task, episodes, seed=derive_seed(seed, "eval-env"), **options)
+        rand_env = make(task, episodes, backend=backend, seed=derive_seed(seed, "eval-env"),
+                        **options)
     except (TypeError, ValueError) as err:
         _fail(f"task {task!r} options {options}: {err}")
     ref_min = _mean_return(rand_env, uniform_policy(rand_env, torch.Generator().manual_seed(seed)),
                            ref_seed)
     ref_max = None
     if expert:
-        env, policy = _checkpoint_policy(runs[expert], episodes, derive_seed(seed, "eval-env"))
+        env, policy = _checkpoint_policy(runs[expert], episodes, derive_seed(seed, "eval-env"),
+                                         backend)
         ref_max = _mean_return(env, policy, ref_seed)
     if kind == "scripted":
         if not hasattr(task_class(task), "expert"):
@@ -175,7 +193,7 @@ def collect_main(argv: list[str]) -> None:
                       "normalized_score)[/yellow]")
 
     card = DatasetCard(task=task_class(task).gym_id, dataset_id=dataset_id, kind=kind,
-                       ref_min_score=ref_min, ref_max_score=ref_max)
+                       ref_min_score=ref_min, ref_max_score=ref_max, simulator=backend)
     parts = []
     if kind == "scripted":
         groups = ("policy", *rand_env.task.observation_groups())
@@ -192,9 +210,9 @@ def collect_main(argv: list[str]) -> None:
     for i, (path, n) in enumerate(sources):
         part_seed = seed + i  # a second source must not replay the first one's noise
         if path:
-            env, policy = _checkpoint_policy(runs[path], num_envs, part_seed)
+            env, policy = _checkpoint_policy(runs[path], num_envs, part_seed, backend)
         else:
-            env = make(task, num_envs, seed=part_seed, **options)
+            env = make(task, num_envs, backend=backend, seed=part_seed, **options)
             policy = uniform_policy(env, torch.Generator().manual_seed(part_seed))
         part_card = DatasetCard(task=card.task, policy=path or "uniform random")
         parts.append(collect(env, policy, n, part_card, part_seed, noise, progress))
@@ -227,7 +245,8 @@ def info_main(argv: list[str]) -> None:
         _fail(str(err))
     returns = data.episode_returns()
     card = data.card
-    print(f"{card.source}\n  task {card.task}, kind {card.kind or '-'}, policy {card.policy or '-'}")
+    print(f"{card.source}\n  task {card.task}, kind {card.kind or '-'}, policy {card.policy or '-'}"
+          f", simulated by {card.simulator or '-'}")
     print(f"  {len(data):,} transitions, {data.num_episodes} episodes, obs {data.obs_dim}, "
           f"action {data.act_dim}; {int(data.terminations.sum())} terminations, "
           f"{int(data.truncations.sum())} truncations")

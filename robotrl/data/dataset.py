@@ -55,6 +55,9 @@ class DatasetCard:
     """Reference return of the expert policy (normalized score 100)."""
     source: str = ""
     """The file or directory the dataset was read from (set by the readers)."""
+    simulator: str = ""
+    """What simulated the recording: ``mujoco`` (robotrl's), ``gymnasium`` (Gymnasium's own env
+    of ``task``), empty for outside data."""
     observations: list[str] = dataclasses.field(default_factory=lambda: ["policy"])
     """Observation groups of a row, flattened and concatenated in this order
     (``robotrl.envs.base.flatten_groups``): ``["policy"]``, or e.g. ``["policy", "tokens",
@@ -101,6 +104,7 @@ CARD_TYPES: dict[str, tuple[type, ...]] = {
     "task": (str,), "dataset_id": (str,), "kind": (str,), "policy": (str,),
     "policy_return": (int, float), "action_noise": (int, float), "seed": (int,),
     "ref_min_score": (int, float), "ref_max_score": (int, float), "source": (str,),
+    "simulator": (str,),
     "observations": (list,), "task_options": (dict,),
 }
 """JSON types of each ``DatasetCard`` field (checked when a card is read from a file)."""

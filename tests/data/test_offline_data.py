@@ -268,3 +268,39 @@ def test_medium_replay_records_what_the_training_run_saw(tmp_path: Path, make_co
     assert bool((data.terminations[ends] | data.truncations[ends]).all())
     assert data.num_episodes > 4  # early PPO on InvertedPendulum falls many times
     assert "training replay" in data.card.policy
+
+
+def test_collect_on_gymnasiums_own_env(tmp_path: Path, make_config, capsys,  # noqa: ANN001
+                                      monkeypatch) -> None:  # noqa: ANN001
+    """``backend=gymnasium`` records (references included) through Gymnasium's own env, the
+    same checkpoint acting; the card says which simulator; other backends and kinds that
+    cannot record there are refused with exit 2."""
+    import gymnasium
+
+    from robotrl.cli.dataset import collect_main
+    from robotrl.experiment import run_training
+
+    run_training(make_config(tmp_path / "run", "ppo"))
+    ckpt = str(tmp_path / "run" / "checkpoints" / "last.pt")
+    out = tmp_path / "gym.hdf5"
+    made: list[tuple[str, int]] = []
+    make_vec = gymnasium.make_vec
+
+    def spy(env_id: str, num_envs: int = 1, **kwargs: object) -> object:
+        made.append((env_id, num_envs))
+        return make_vec(env_id, num_envs, **kwargs)
+
+    monkeypatch.setattr(gymnasium, "make_vec", spy)
+    collect_main(["kind=expert", f"checkpoint={ckpt}", "backend=gymnasium", "steps=64",
+                  "num_envs=2", "eval_episodes=3", f"out={out}", "progress=false"])
+    # the random and the expert references (3 episodes each), then the recording (2 worlds)
+    assert made == [("InvertedPendulum-v5", 3), ("InvertedPendulum-v5", 3),
+                    ("InvertedPendulum-v5", 2)]
+    data = load_dataset(str(out))
+    assert len(data) == 64 and data.card.simulator == "gymnasium"
+    assert data.card.task == "InvertedPendulum-v5" and data.card.ref_max_score is not None
+    for argv, message in ((["backend=mjx"], "recorded on 'mujoco' or 'gymnasium'"),
+                          (["kind=medium-replay", "backend=gymnasium"], "mujoco backend only")):
+        with pytest.raises(SystemExit) as stop:
+            collect_main([f"checkpoint={ckpt}", f"out={tmp_path / 'x.hdf5'}", *argv])
+        assert stop.value.code == 2 and message in capsys.readouterr().err
