@@ -72,9 +72,10 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
                                  ("td3bc_mcep", "mcep", "TD3BCMCEP"),
                                  ("awac_mcep", "mcep", "AWACMCEP"))},
 }
-for _name, _batch in (("td3bc", "SeedBatchTD3BC"), ("iql", "SeedBatchIQL")):
-    ALGORITHMS[_name] = dataclasses.replace(
-        ALGORITHMS[_name], seed_batch=f"robotrl.algos.offline.seed_batch:{_batch}")
+for _name, _batch in (("td3bc", "offline.seed_batch:SeedBatchTD3BC"),
+                      ("iql", "offline.seed_batch:SeedBatchIQL"), ("sac", "seed_batch:SeedBatchSAC")):
+    ALGORITHMS[_name] = dataclasses.replace(ALGORITHMS[_name],
+                                            seed_batch=f"robotrl.algos.{_batch}")
 """Algorithm name -> entry (its ``name`` filled in below)."""
 ALGORITHMS = {n: dataclasses.replace(e, name=n) for n, e in ALGORITHMS.items()}
 

@@ -318,9 +318,11 @@ def _train_seeds(cfg: TrainConfig) -> dict[str, float] | None:
         batch = resolve(algorithm(cfg.algo).seed_batch)([r.alg for r in runners])
         for c in cfgs:
             save_config(c)
+        data = (f"dataset {cfg.dataset}, {cfg.total_steps:,} updates" if cfg.dataset else
+                f"{cfg.num_envs} worlds each, {cfg.total_steps:,} steps")
         console.print(f"[bold]robotrl train[/bold] {cfg.env.task} with {type(cfg.algo).__name__}"
-                      f" on dataset {cfg.dataset}, {cfg.total_steps:,} updates, seeds "
-                      f"{cfgs[0].seed}..{cfgs[-1].seed} batched -> {cfg.run_dir}/s<seed>")
+                      f" on {data}, seeds {cfgs[0].seed}..{cfgs[-1].seed} batched -> "
+                      f"{cfg.run_dir}/s<seed>")
         results = SeedBatchRunner(runners, batch).train()
         done = [_record(c, r, res, f"seed {c.seed} ")
                 for c, r, res in zip(cfgs, runners, results, strict=True) if res is not None]

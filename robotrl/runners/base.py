@@ -348,13 +348,19 @@ class Runner:
         rank in a data-parallel run)."""
         return self.settings.steps_per_env * self.env.num_envs * self.rank.world_size
 
+    def _collect(self) -> dict[str, float]:
+        """An iteration's collection: ``steps_per_env`` steps of every world, handed to the
+        learner; returns the rollout's metrics."""
+        with torch.inference_mode():
+            metrics = self.collector.collect(self.settings.steps_per_env)
+            self._end_rollout(self.collector.obs)
+        return metrics
+
     def _iteration(self) -> dict[str, float]:
         """One collect-and-update iteration; returns its metrics."""
         steps = self.steps_per_iteration()
         t0 = time.perf_counter()
-        with torch.inference_mode():
-            metrics = self.collector.collect(self.settings.steps_per_env)
-            self._end_rollout(self.collector.obs)
+        metrics = self._collect()
         t1 = time.perf_counter()
         metrics.update(self.alg.update(progress=self.global_step / self.settings.total_steps))
         t2 = time.perf_counter()

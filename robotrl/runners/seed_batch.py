@@ -1,10 +1,12 @@
-"""S offline runs trained in lockstep by one seed-batched learner (``num_seeds``).
+"""S runs trained in lockstep by one seed-batched learner (``num_seeds``).
 
-Each seed is an ordinary ``OfflineRunner`` with its own learner, run directory, evaluation
-worlds, TensorBoard writer and checkpoints; only the gradient updates are shared: one call of
-the batch (``robotrl.algos.offline.seed_batch``) updates every seed's learner in place, then
-each runner does what its own ``train`` loop does after an iteration (``Runner._after_iteration``:
-history, logging, periodic evaluation and checkpoint) and at the end (``Runner._finish``).
+Each seed is an ordinary runner (``OfflineRunner``, or ``OffPolicyRunner`` with its own
+worlds) with its own learner, run directory, evaluation worlds, TensorBoard writer and
+checkpoints; only the gradient updates are shared. An iteration: every seed's runner collects
+in its own worlds as alone (``Runner._collect``; offline runs have none), one call of the batch
+(``robotrl.algos.seed_batch``) updates every seed's learner in place, then each runner does
+what its own ``train`` loop does after an iteration (``Runner._after_iteration``: history,
+logging, periodic evaluation and checkpoint) and at the end (``Runner._finish``).
 So every seed's directory is a run directory like any other: ``robotrl eval``, export, resume
 (alone: ``resume=RUN/s<seed>/checkpoints/last.pt``) and every report read it as one.
 
@@ -22,8 +24,7 @@ from typing import Any, Protocol
 
 from robotrl.checkpoint import write_json
 from robotrl.logging import ProgressBar, console
-from robotrl.runners.base import deferred_interrupt
-from robotrl.runners.offline import OfflineRunner
+from robotrl.runners.base import Runner, deferred_interrupt
 
 
 class SeedBatch(Protocol):
@@ -39,7 +40,7 @@ class SeedBatchRunner:
     """Drives ``runners`` (one per seed, in the batch's order) with ``batch``; see the module
     docstring."""
 
-    def __init__(self, runners: Sequence[OfflineRunner], batch: SeedBatch) -> None:
+    def __init__(self, runners: Sequence[Runner], batch: SeedBatch) -> None:
         steps = {(r.global_step, r.settings.total_steps, r.settings.steps_per_env)
                  for r in runners}
         if len(steps) != 1:
@@ -47,6 +48,10 @@ class SeedBatchRunner:
                              f"budget, got (step, total, per iteration) {sorted(steps)}")
         self.runners = list(runners)
         self.batch = batch
+        lead = runners[0]
+        self.per_iteration = (lead.steps_per_iteration() if lead.collector is not None
+                              else lead.settings.steps_per_env)
+        """What an iteration adds to each seed's ``global_step`` (env steps or updates)."""
 
     def train(self) -> list[dict[str, float] | None]:
         """Train every seed to the budget (or the time budget); each seed's final evaluation,
@@ -68,17 +73,24 @@ class SeedBatchRunner:
                                       "evaluating[/yellow]")
                         break
                     t0 = time.perf_counter()
+                    collected = {i: r._collect() for i, r in enumerate(self.runners)
+                                 if i not in self.batch.stopped and r.collector is not None}
+                    t1 = time.perf_counter()
                     per_seed = self.batch.update(progress=self._step() / lead.total_steps)
-                    elapsed = time.perf_counter() - t0
+                    t2 = time.perf_counter()
+                    elapsed = t2 - t0
                     for i, metrics in per_seed.items():
                         runner = self.runners[i]
                         runner.iteration += 1
-                        runner.global_step += lead.steps_per_env
-                        metrics = {**metrics, "perf/sps": lead.steps_per_env / elapsed,
-                                   "perf/update_s": elapsed}
+                        runner.global_step += self.per_iteration
+                        metrics = {**collected.get(i, {}), **metrics,
+                                   **(runner.collector.episode_metrics() if i in collected
+                                      else {}),
+                                   "perf/sps": self.per_iteration / elapsed,
+                                   "perf/collect_s": t1 - t0, "perf/update_s": t2 - t1}
                         runner._after_iteration(metrics, loggers[i])
                     self._report_stops(reported)
-                    bar.update(self._step(), lead.steps_per_env / elapsed, math.nan)
+                    bar.update(self._step(), self.per_iteration / elapsed, math.nan)
         except KeyboardInterrupt:
             for runner, logger in zip(self.runners, loggers, strict=True):
                 runner.save()
@@ -98,7 +110,7 @@ class SeedBatchRunner:
                 results.append(runner._finish(logger))
         return results
 
-    def _active(self) -> list[OfflineRunner]:
+    def _active(self) -> list[Runner]:
         return [r for i, r in enumerate(self.runners) if i not in self.batch.stopped]
 
     def _step(self) -> int:

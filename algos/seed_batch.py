@@ -1,0 +1,516 @@
+"""Seed batches: S independent runs of one learner trained in one process.
+
+A batch holds S ordinary learners, each built exactly as it would be alone (its own seed,
+generator, normalizer, replay or dataset view). ``update`` stacks their parameters, target
+networks and Adam moments along a leading seed dimension S, runs the call's updates on the
+stacked tensors and writes everything back, so between calls every learner is an ordinary
+learner: its ``state_dict`` is an ordinary checkpoint, its ``export_actor`` an ordinary export,
+and a checkpoint loaded into it is what the next call continues from.
+
+One update of the batch is, for each seed, the update that seed would make alone:
+
+* its random draws (batch rows, policy noise) come from the seed's own generator, in the order
+  its learner draws them (``_draws``);
+* the critics of all seeds are one ensemble of S x E members (``ensemble_linear``: one batched
+  product per layer), the actors (and other networks) one ensemble of S members;
+* the losses are the learner's per-seed losses, summed over seeds for one backward per
+  network: seeds share no parameter, so each seed's gradient is the gradient of its own loss;
+* one fused Adam step over the stacked tensors at the learner's own learning rate and betas
+  (Adam is elementwise; none of the batched learners clips gradients, so there is no norm
+  across the stacked tensor to keep per seed); the gradient norms reported are per seed;
+* Polyak averaging of the stacked targets (the same ``_foreach_lerp_``).
+
+Equality with separate runs is tested in float64 (``tests/algos/test_seed_batch*.py``); in
+float32 the batched products may round differently from the solo ones. Subclasses:
+``robotrl.algos.offline.seed_batch`` (TD3+BC, IQL), ``SeedBatchSAC`` below.
+
+On a CUDA device the updates of a call are replayed from CUDA graphs (``cuda_graphs``; on by
+default there): each seed's random draws are made as above, outside the graph, and copied into
+the graph's static inputs; the rest of an update (sampling rows, forward, backward, Adam with
+``capturable`` step counts, Polyak) is one graph launch instead of ~100 kernel launches. A graph
+is recorded per kind of update (e.g. with or without a delayed actor step) after that kind has
+run eagerly twice in the call (so every optimizer state exists before recording), and is
+dropped at the end of the call. ``tests/algos/test_seed_batch.py`` compares graphed batches
+with each seed alone on a GPU.
+
+Divergence: after each ``update`` call (one host read) a seed whose critic loss or gradient
+norm (or, on actor updates, actor loss or gradient norm) is non-finite is stopped: its learner
+keeps the parameters of the end of the previous call (its last good state), a ``SeedStop``
+records which seed, which update and which metric, and the following calls train the
+remaining seeds only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from robotrl.algos.sac import SAC
+from robotrl.nn.linear import ensemble_linear
+from robotrl.nn.mlp import make_activation
+from robotrl.nn.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
+from robotrl.optim import GRADIENT_HOOKS, adam
+
+
+@dataclasses.dataclass
+class SeedStop:
+    """A seed stopped for a non-finite value."""
+
+    seed: int
+    """Position of the seed in the batch."""
+    update: int
+    """The (1-based) update whose value was non-finite (``num_updates`` after it)."""
+    metric: str
+    """The first non-finite metric of that update, e.g. ``loss/critic``."""
+    value: float
+    """Its value (NaN or +-inf)."""
+    last_good: int
+    """``num_updates`` of the parameters the stopped learner keeps (its last good state)."""
+
+    def message(self) -> str:
+        return (f"seed {self.seed} stopped: {self.metric} = {self.value} at update "
+                f"{self.update}; it keeps its parameters of update {self.last_good}")
+
+
+def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.stack([t.detach() for t in tensors]).contiguous()
+
+
+class SeedBatch:
+    """S learners of one class trained as one; see the module docstring. Subclasses name the
+    learner class, its stacked networks and optimized ones, and write ``_update_once``.
+
+    Attributes:
+        learners: the S learners (``learners[i].state_dict()`` is seed i's checkpoint).
+        stopped: ``{seed: SeedStop}`` of the seeds stopped for a non-finite value.
+    """
+
+    LEARNER: type
+    NETS: tuple[str, ...]
+    """Every network stacked (learner attributes), targets included."""
+    OPTIMIZED: tuple[str, ...]
+    """The networks with an optimizer (``<net>_opt`` on the learner)."""
+    METRIC_KEYS: tuple[str, ...]
+    CHECKED: tuple[str, ...]
+    """Metrics whose non-finite value stops a seed."""
+
+    GRAPH_WARMUP = 2
+    """Eager updates of a kind, per ``update`` call, before that kind is recorded as a graph."""
+
+    def __init__(self, learners: Sequence[Any], cuda_graphs: bool | None = None) -> None:
+        if not learners:
+            raise ValueError("a seed batch needs at least one learner")
+        for learner in learners:
+            if type(learner) is not self.LEARNER:  # subclasses change the losses
+                raise TypeError(f"{type(self).__name__} batches {self.LEARNER.__name__} only, "
+                                f"got {type(learner).__name__}")
+        cfg = learners[0].cfg
+        for learner in learners[1:]:
+            if learner.cfg != cfg:
+                raise ValueError("every learner of a seed batch needs the same config")
+        self.learners = list(learners)
+        self.cfg: Any = cfg
+        self.stopped: dict[int, SeedStop] = {}
+        self.device: torch.device = learners[0].device
+        self._act: nn.Module = make_activation(cfg.activation)
+        on_cuda = learners[0].device.type == "cuda"
+        if cuda_graphs and not on_cuda:
+            raise ValueError(f"cuda_graphs=True needs learners on a CUDA device, got "
+                             f"{learners[0].device}")
+        self.cuda_graphs = on_cuda if cuda_graphs is None else cuda_graphs
+        """Replay the updates from CUDA graphs (default: on a CUDA device)."""
+
+    @property
+    def active(self) -> list[int]:
+        """Seeds still training."""
+        return [i for i in range(len(self.learners)) if i not in self.stopped]
+
+    # ------------------------------------------------------------------ stacking
+    def _gather(self, seeds: list[int]) -> dict[str, Any]:
+        ls = [self.learners[i] for i in seeds]
+        st: dict[str, Any] = {}
+        for net in self.NETS:
+            params = [self._params(lr, net) for lr in ls]
+            st[net] = [_stack(group) for group in zip(*params, strict=True)]
+        for net in self.OPTIMIZED:
+            for p in st[net]:
+                p.requires_grad_(True)
+            solo = [self._optimizer(lr, net) for lr in ls]
+            group = solo[0].param_groups[0]  # the learner's lr (and betas) as they are now
+            opt = adam(st[net], group["lr"], group["betas"], capturable=self.cuda_graphs)
+            params = [self._params(lr, net) for lr in ls]
+            first = solo[0].state.get(params[0][0])
+            if first is not None:
+                steps = {float(o.state[ps[0]]["step"]) for o, ps in zip(solo, params, strict=True)}
+                if len(steps) != 1:
+                    raise ValueError(f"the {net} optimizers of a seed batch must be at the same "
+                                     f"step, got {sorted(steps)}")
+                for k, p in enumerate(st[net]):
+                    states = [o.state[ps[k]] for o, ps in zip(solo, params, strict=True)]
+                    opt.state[p] = {"step": states[0]["step"].clone(),
+                                    "exp_avg": _stack([s["exp_avg"] for s in states]),
+                                    "exp_avg_sq": _stack([s["exp_avg_sq"] for s in states])}
+            st[f"{net}_opt"] = opt
+        self._data(seeds, st)
+        return st
+
+    def _params(self, learner: Any, net: str) -> list[torch.Tensor]:
+        """The tensors of ``net`` on ``learner`` (a module's ``parameters()``)."""
+        return list(getattr(learner, net).parameters())
+
+    def _optimizer(self, learner: Any, net: str) -> torch.optim.Optimizer:
+        """The optimizer of ``net`` on ``learner`` (``<net>_opt``)."""
+        return getattr(learner, f"{net}_opt")
+
+    def _data(self, seeds: list[int], st: dict[str, Any]) -> None:
+        """Put into ``st`` what ``_draws`` and ``_update_once`` read of the seeds' data."""
+
+    def _count(self, learners: list[Any]) -> int:
+        """How many updates this ``update`` call makes (the same for every seed)."""
+        raise NotImplementedError
+
+    def _advance(self, learner: Any, start: int, n: int) -> None:
+        """Counters of a seed after ``n`` updates from ``start``."""
+        learner.num_updates = start + n
+
+    def _scatter(self, seeds: list[int], st: dict[str, Any]) -> None:
+        for j, i in enumerate(seeds):
+            lr = self.learners[i]
+            with torch.no_grad():
+                for net in self.NETS:
+                    for p, stacked in zip(self._params(lr, net), st[net], strict=True):
+                        p.copy_(stacked[j])
+            for net in self.OPTIMIZED:
+                opt, solo = st[f"{net}_opt"], self._optimizer(lr, net)
+                for p, stacked in zip(self._params(lr, net), st[net], strict=True):
+                    s = opt.state.get(stacked)
+                    if not s:  # a network that has not stepped yet (a fixed temperature)
+                        continue
+                    solo.state[p] = {"step": s["step"].clone(),
+                                     "exp_avg": s["exp_avg"][j].clone(),
+                                     "exp_avg_sq": s["exp_avg_sq"][j].clone()}
+
+    def _select(self, st: dict[str, Any], keep: list[int]) -> dict[str, Any]:
+        """``st`` restricted to the batch positions ``keep`` (for the scatter of the good seeds:
+        positions index the leading dimension, so the positions of ``_scatter`` are remapped)."""
+        if len(keep) == st[self.NETS[0]][0].shape[0]:
+            return st
+        index = torch.tensor(keep, device=st[self.NETS[0]][0].device)
+        out: dict[str, Any] = {}
+        for net in self.NETS:
+            out[net] = [p.detach().index_select(0, index) for p in st[net]]
+        for net in self.OPTIMIZED:
+            opt = st[f"{net}_opt"]
+            out[f"{net}_opt"] = _StateView({
+                q: {"step": opt.state[p]["step"],
+                    "exp_avg": opt.state[p]["exp_avg"].index_select(0, index),
+                    "exp_avg_sq": opt.state[p]["exp_avg_sq"].index_select(0, index)}
+                for p, q in zip(st[net], out[net], strict=True) if opt.state.get(p)})
+        return out
+
+    # ------------------------------------------------------------------ networks
+    def _mlp(self, params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """S MLPs (``robotrl.nn.mlp``'s ``nn.Linear`` layers, weights [S, out, in], biases
+        [S, out], stacked): [S, B, in] -> [S, B, out], no output activation."""
+        n = len(params) // 2
+        for k in range(n):
+            w, b = params[2 * k], params[2 * k + 1]
+            x = torch.baddbmm(b[:, None, :], x, w.transpose(1, 2))
+            if k < n - 1:
+                x = self._act(x)
+        return x
+
+    def _critic(self, params: list[torch.Tensor], obs: torch.Tensor, action: torch.Tensor,
+                member: int | None = None) -> torch.Tensor:
+        """S ensembles of E critics: [S, B, O], [S, B, A] -> Q [S, E, B] (all members, as one
+        ensemble of S E members) or [S, B] (``member`` alone, as ``EnsembleQ.member``)."""
+        x = torch.cat([obs, action], dim=-1)  # [S, B, in]
+        s, e = x.shape[0], self.cfg.num_critics
+        if member is not None:
+            n = len(params) // 2
+            for k in range(n):
+                w, b = params[2 * k][:, member], params[2 * k + 1][:, member]
+                x = torch.baddbmm(b, x, w)
+                if k < n - 1:
+                    x = self._act(x)
+            return x.squeeze(-1)
+        x = x[:, None].expand(s, e, *x.shape[1:]).reshape(s * e, *x.shape[1:])
+        n = len(params) // 2
+        for k in range(n):
+            w, b = params[2 * k], params[2 * k + 1]
+            x = ensemble_linear(x, w.reshape(s * e, *w.shape[2:]), b.reshape(s * e, *b.shape[2:]))
+            if k < n - 1:
+                x = self._act(x)
+        return x.reshape(s, e, -1)
+
+    # ------------------------------------------------------------------ learning
+    def _draws(self, st: dict[str, Any], gens: list[torch.Generator],
+               num_updates: int) -> dict[str, torch.Tensor]:
+        """Update ``num_updates``'s random draws, each seed's from its own generator in the order
+        its learner draws them: here the batch rows ``idx`` [S, B] (uniform over ``st["rows"]``,
+        as the learner's ``sample``)."""
+        return {"idx": torch.stack([torch.randint(st["rows"], (self.cfg.batch_size,),
+                                                  device=self.device, generator=g)
+                                    for g in gens])}
+
+    def _branch(self, num_updates: int) -> Hashable:
+        """The kind of update numbered ``num_updates`` (one CUDA graph per kind)."""
+        return None
+
+    def _polyak(self, target: list[torch.Tensor], source: list[torch.Tensor]) -> None:
+        with torch.no_grad():
+            torch._foreach_lerp_(target, [p.detach() for p in source], self.cfg.tau)
+
+    def _step(self, st: dict[str, Any], net: str, loss: torch.Tensor) -> torch.Tensor:
+        """Backward of the summed per-seed losses, one Adam step; per-seed gradient norms [S]."""
+        opt, params = st[f"{net}_opt"], st[net]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        s = params[0].shape[0]
+        sq = torch.stack([p.grad.reshape(s, -1).square().sum(1) for p in params]).sum(0)
+        opt.step()
+        return sq.sqrt()
+
+    def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
+                     num_updates: int) -> torch.Tensor:
+        """One update of every seed in ``st`` with ``draws`` (``_draws``); metrics [S, K] in
+        ``METRIC_KEYS`` order (NaN where a delayed update did not run). No host reads: it is
+        recorded in CUDA graphs."""
+        raise NotImplementedError
+
+    def _run(self, st: dict[str, Any], gens: list[torch.Generator], start: int,
+             n: int) -> torch.Tensor:
+        """Updates ``start`` .. ``start + n - 1`` of every seed in ``st``: metrics [U, S, K]."""
+        dev = self.device
+        if not self.cuda_graphs:
+            return torch.stack([self._update_once(st, self._draws(st, gens, start + u), start + u)
+                                for u in range(n)])
+        current = torch.cuda.current_stream(dev)
+        side = torch.cuda.Stream(dev)
+        eager: dict[Hashable, int] = {}
+        graphs: dict[Hashable, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor],
+                                     torch.Tensor]] = {}
+        rows = []
+        for u in range(n):
+            draws = self._draws(st, gens, start + u)
+            kind = self._branch(start + u)
+            if eager.get(kind, 0) < self.GRAPH_WARMUP:  # as torch's docs: warm up on a side stream
+                eager[kind] = eager.get(kind, 0) + 1
+                side.wait_stream(current)
+                with torch.cuda.stream(side):
+                    rows.append(self._update_once(st, draws, start + u))
+                current.wait_stream(side)
+                continue
+            if kind not in graphs:
+                static = {k: v.clone() for k, v in draws.items()}
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):  # records; runs nothing
+                    out = self._update_once(st, static, start + u)
+                graphs[kind] = (graph, static, out)
+            graph, static, out = graphs[kind]
+            for k, v in draws.items():
+                static[k].copy_(v)
+            graph.replay()
+            rows.append(out.clone())
+        return torch.stack(rows)
+
+    def _checked(self, steps: torch.Tensor) -> torch.Tensor:
+        """[U, C]: whether ``CHECKED`` metric c is computed on the update numbered
+        ``steps[u]`` (delayed updates leave NaN by schedule elsewhere)."""
+        return torch.ones(len(steps), len(self.CHECKED), dtype=torch.bool, device=steps.device)
+
+    def update(self, progress: float = 0.0) -> dict[int, dict[str, float]]:
+        """``cfg.updates_per_iteration`` updates of every active seed; returns each active
+        seed's metrics as the learner's ``update`` would (seeds stopped in this call are left
+        out and recorded in ``stopped``)."""
+        if GRADIENT_HOOKS:
+            raise RuntimeError("seed batching does not support gradient hooks (data parallel)")
+        seeds = self.active
+        if not seeds:
+            return {}
+        ls = [self.learners[i] for i in seeds]
+        start = ls[0].num_updates
+        if any(lr.num_updates != start for lr in ls):
+            raise ValueError("the learners of a seed batch must be at the same update, got "
+                             f"{[lr.num_updates for lr in ls]}")
+        n = self._count(ls)
+        if n == 0:
+            return {i: {} for i in seeds}
+        st = self._gather(seeds)
+        gens = [lr.generator for lr in ls]
+        gen_states = [g.get_state() for g in gens]  # restored for seeds stopped in this call
+        rows = self._run(st, gens, start, n)  # [U, S, K]
+        checked = [self.METRIC_KEYS.index(k) for k in self.CHECKED]
+        values = rows[:, :, checked]  # [U, S, C]
+        steps = torch.arange(start, start + n, device=rows.device)
+        bad = ~torch.isfinite(values) & self._checked(steps)[:, None, :]
+        means = rows.nanmean(0)  # [S, K]
+        first = torch.where(bad.any(-1), torch.arange(n, device=rows.device)[:, None], n)
+        first_row = first.min(0).values  # [S]: n if the seed stayed finite
+        host = torch.cat([means.flatten().double(), first_row.double()]).tolist()
+        k = len(self.METRIC_KEYS)
+        out: dict[int, dict[str, float]] = {}
+        good: list[int] = []
+        for j, i in enumerate(seeds):
+            row = int(host[len(seeds) * k + j])
+            if row < n:
+                metric_pos = int(bad[row, j].nonzero()[0])
+                value = float(values[row, j, metric_pos])
+                self.stopped[i] = SeedStop(i, start + row + 1, self.CHECKED[metric_pos], value,
+                                           start)
+                gens[j].set_state(gen_states[j])
+                continue
+            good.append(j)
+            m = {key: v for key, v in zip(self.METRIC_KEYS, host[j * k:(j + 1) * k], strict=True)
+                 if not math.isnan(v)}
+            m["train/updates"] = float(start + n)
+            out[i] = m
+        if good:
+            self._scatter([seeds[j] for j in good], self._select(st, good))
+            for j in good:
+                self._advance(self.learners[seeds[j]], start, n)
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Every seed's ordinary checkpoint, and the stops."""
+        return {"seeds": [lr.state_dict() for lr in self.learners],
+                "stopped": {i: dataclasses.asdict(s) for i, s in self.stopped.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for lr, s in zip(self.learners, state["seeds"], strict=True):
+            lr.load_state_dict(s)
+        self.stopped = {int(i): SeedStop(**s) for i, s in state["stopped"].items()}
+
+
+class SeedBatchSAC(SeedBatch):
+    """S ``SAC`` learners trained as one (``SAC._update_once``, stacked). Each seed collects in
+    its own worlds and stores into its own replay (its runner does that, as alone); a call runs
+    the updates every seed has earned (the same count: the seeds store alike) on rows each seed
+    draws from its own replay."""
+
+    NETS = ("actor", "critic", "critic_target", "log_alpha")
+    OPTIMIZED = ("actor", "critic", "log_alpha")
+    CHECKED = ("loss/critic", "train/grad_norm/critic", "loss/actor", "train/grad_norm/actor")
+    FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
+    """The replay fields an update reads."""
+
+    LEARNER = SAC
+    METRIC_KEYS = SAC.metric_keys
+
+    def __init__(self, learners: Sequence[Any], cuda_graphs: bool | None = None) -> None:
+        super().__init__(learners, cuda_graphs)
+        lr0 = learners[0]
+        self.obs_dim, self.act_dim, self.eps = lr0.obs_dim, lr0.act_dim, self.cfg.squash_epsilon
+        self.target_entropy = lr0.target_entropy
+
+    def _params(self, learner: Any, net: str) -> list[torch.Tensor]:
+        return [learner.log_alpha] if net == "log_alpha" else super()._params(learner, net)
+
+    def _optimizer(self, learner: Any, net: str) -> torch.optim.Optimizer:
+        return learner.alpha_opt if net == "log_alpha" else super()._optimizer(learner, net)
+
+    def _count(self, learners: list[Any]) -> int:
+        """The updates each seed has earned (``OffPolicyLearner.update``'s), 0 while a replay
+        holds less than a batch."""
+        counts = {int(lr.owed_updates) for lr in learners}
+        sizes = {len(lr.buffer) for lr in learners}
+        if len(counts) != 1 or len(sizes) != 1:
+            raise ValueError(f"the seeds of a batch must have stored alike, got owed updates "
+                             f"{sorted(counts)} and replay sizes {sorted(sizes)}")
+        count, size = counts.pop(), sizes.pop()
+        return 0 if size < self.cfg.batch_size else count
+
+    def _advance(self, learner: Any, start: int, n: int) -> None:
+        learner.num_updates = start + n
+        learner.owed_updates -= n
+
+    def _data(self, seeds: list[int], st: dict[str, Any]) -> None:
+        buffers = [self.learners[i].buffer for i in seeds]
+        st["rows"] = len(buffers[0])
+        st["replay"] = {f: [getattr(b, f) for b in buffers] for f in self.FIELDS}
+
+    def _branch(self, num_updates: int) -> Hashable:
+        """Whether update ``num_updates`` (0-based) steps the actor and the temperature (the
+        learner counts the update first, then steps the actor every ``actor_update_interval``)."""
+        return (num_updates + 1) % self.cfg.actor_update_interval == 0
+
+    def _draws(self, st: dict[str, Any], gens: list[torch.Generator],
+               num_updates: int) -> dict[str, torch.Tensor]:
+        """Each seed's replay rows, its next-action noise and, on actor updates, its action
+        noise, in that order (``buffer.sample``, ``_critic_update``, ``_actor_update``)."""
+        cfg, dev = self.cfg, self.device
+        shape = (cfg.batch_size, self.act_dim)
+        idx, next_noise, noise = [], [], []
+        actor = self._branch(num_updates)
+        for g in gens:
+            idx.append(torch.randint(0, st["rows"], (cfg.batch_size,), generator=g, device=dev))
+            next_noise.append(torch.randn(shape, generator=g, device=dev))
+            if actor:
+                noise.append(torch.randn(shape, generator=g, device=dev))
+        out = {"idx": torch.stack(idx), "next_noise": torch.stack(next_noise)}
+        if actor:
+            out["noise"] = torch.stack(noise)
+        return out
+
+    def _sample(self, params: list[torch.Tensor], obs: torch.Tensor, noise: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``SquashedGaussianActor.sample`` of S actors with the given noise: ([S, B, A] in
+        (-1, 1), log pi [S, B])."""
+        mean, log_std = self._mlp(params, obs[..., : self.obs_dim]).chunk(2, dim=-1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        u = mean + log_std.exp() * noise
+        return torch.tanh(u), squashed_log_prob(noise, log_std, u, self.eps)
+
+    def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
+                     num_updates: int) -> torch.Tensor:
+        cfg = self.cfg
+        idx = draws["idx"]
+        batch = {f: torch.stack([col[i] for col, i in zip(cols, idx, strict=True)])
+                 for f, cols in st["replay"].items()}  # [S, B, ...]
+        log_alpha = st["log_alpha"][0]  # [S]
+        alpha = log_alpha.detach().exp()[:, None]  # [S, 1]
+        with torch.no_grad():
+            next_action, next_log_prob = self._sample(st["actor"], batch["next_obs"],
+                                                      draws["next_noise"])
+            next_q = self._critic(st["critic_target"], batch["next_obs"], next_action)
+            soft = next_q.min(1).values - alpha * next_log_prob  # [S, B]
+            target = batch["reward"] + cfg.gamma * (~batch["terminated"]) * soft
+        q = self._critic(st["critic"], batch["obs"], batch["action"])  # [S, E, B]
+        critic_loss = 0.5 * (q - target[:, None]).square().mean(-1).sum(-1)  # [S]
+        metrics = {"loss/critic": critic_loss.detach(),
+                   "train/grad_norm/critic": self._step(st, "critic", critic_loss.sum()),
+                   "train/q": q.detach().mean((1, 2)), "train/alpha": alpha[:, 0]}
+        if self._branch(num_updates):
+            action, log_prob = self._sample(st["actor"], batch["obs"], draws["noise"])
+            critic = [p.detach() for p in st["critic"]]  # the actor's backward skips them
+            q_pi = self._critic(critic, batch["obs"], action).min(1).values  # [S, B]
+            actor_loss = (alpha * log_prob - q_pi).mean(-1)
+            metrics.update({"loss/actor": actor_loss.detach(),
+                            "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
+                            "train/entropy": -log_prob.detach().mean(-1)})
+            if cfg.autotune_alpha:
+                t_loss = -(log_alpha[:, None] * (log_prob.detach() + self.target_entropy)
+                           ).mean(-1)
+                metrics.update({"loss/alpha": t_loss.detach(), "train/grad_norm/alpha":
+                                self._step(st, "log_alpha", t_loss.sum())})
+        self._polyak(st["critic_target"], st["critic"])
+        nan = torch.full_like(critic_loss, math.nan)
+        return torch.stack([metrics.get(k, nan).to(nan.dtype) for k in self.METRIC_KEYS], dim=1)
+
+    def _checked(self, steps: torch.Tensor) -> torch.Tensor:
+        """The actor columns on the updates that step the actor, the critic's on every one."""
+        actor = ((steps + 1) % self.cfg.actor_update_interval == 0)[:, None]
+        return torch.cat([torch.ones_like(actor).expand(-1, 2), actor.expand(-1, 2)], dim=1)
+
+
+class _StateView:
+    """An object with an optimizer-like ``state`` mapping (for ``_scatter``)."""
+
+    def __init__(self, state: dict[torch.Tensor, dict[str, torch.Tensor]]) -> None:
+        self.state = state

@@ -1,0 +1,142 @@
+"""Seed-batched SAC (issue 46): every seed of a batch is that seed's SAC alone, update for
+update, in float64; a diverging seed is stopped without stopping the others."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from robotrl.algos.sac import SAC, SACConfig
+from robotrl.algos.seed_batch import SeedBatchSAC
+from robotrl.seeding import seed_everything
+
+SEEDS = (3, 7, 11)
+OBS, ACT, WORLDS = 5, 2, 4
+TOL = 1e-10
+
+
+@pytest.fixture(autouse=True)
+def float64_one_thread() -> Iterator[None]:
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
+    yield
+    torch.set_default_dtype(dtype)
+    torch.set_num_threads(threads)
+
+
+def config(**over: object) -> SACConfig:
+    return SACConfig(**{"batch_size": 16, "learning_starts": 40, "buffer_size": 500,
+                        "actor_hidden": (16, 16), "critic_hidden": (16, 16), **over})
+
+
+def learner(seed: int, cfg: SACConfig, device: str = "cpu") -> SAC:
+    """SAC of ``seed`` built as a run builds it, its replay in float64 (the comparison's)."""
+    seed_everything(seed)
+    sac = SAC(OBS, -2 * torch.ones(ACT), 2 * torch.ones(ACT), WORLDS, cfg, device, seed=seed)
+    for field in ("obs", "action", "reward", "next_obs"):
+        setattr(sac.buffer, field, getattr(sac.buffer, field).double())
+    return sac
+
+
+def collect(learners: list[SAC], steps: int, data: torch.Generator) -> None:
+    """``steps`` env steps of WORLDS worlds stored into every learner of one seed alike (each
+    seed's own data: ``data`` is that seed's)."""
+    for _ in range(steps):
+        obs = torch.randn(WORLDS, OBS, generator=data)
+        action = torch.rand(WORLDS, ACT, generator=data) * 2 - 1
+        reward, nxt = torch.randn(WORLDS, generator=data), torch.randn(WORLDS, OBS, generator=data)
+        term, trunc = torch.rand(WORLDS, generator=data) < 0.2, torch.zeros(WORLDS, dtype=torch.bool)
+        for sac in learners:
+            sac._pending = (obs.to(sac.device), action.to(sac.device))
+            sac.process_env_step(reward, term, trunc, nxt)
+
+
+def state(sac: SAC) -> dict[str, torch.Tensor]:
+    """Every parameter, target, temperature, Adam moment and step, generator and counter."""
+    out: dict[str, torch.Tensor] = {"log_alpha": sac.log_alpha.detach().clone()}
+    for net in ("actor", "critic", "critic_target"):
+        for name, p in getattr(sac, net).named_parameters():
+            out[f"{net}.{name}"] = p.detach().clone()
+    for name, opt in (("actor", sac.actor_opt), ("critic", sac.critic_opt),
+                      ("alpha", sac.alpha_opt)):
+        for k, p in enumerate(opt.param_groups[0]["params"]):
+            for key, value in opt.state[p].items():
+                out[f"{name}_opt.{k}.{key}"] = value.detach().clone().double()
+    out["generator"] = sac.generator.get_state().double()
+    out["counters"] = torch.tensor([sac.transitions, sac.num_updates, sac.owed_updates],
+                                   dtype=torch.float64)
+    return out
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def run(cfg: SACConfig, calls: int, poison: tuple[int, int] | None = None, device: str = "cpu"
+        ) -> tuple[SeedBatchSAC, list[SAC], list[dict[int, dict[str, float]]]]:
+    """A batch of SEEDS and each seed alone, ``calls`` iterations of 8 steps then an update
+    call; ``poison`` = (seed position, call): a NaN critic weight of that seed before that
+    call's update (in the batch only)."""
+    batch = SeedBatchSAC([learner(s, cfg, device) for s in SEEDS])
+    assert batch.cuda_graphs == (device == "cuda")
+    alone = [learner(s, cfg, device) for s in SEEDS]
+    data = [torch.Generator().manual_seed(100 + s) for s in SEEDS]
+    history = []
+    for call in range(calls):
+        for i in batch.active:
+            collect([batch.learners[i], alone[i]], 8, data[i])
+        if poison is not None and poison[1] == call:
+            with torch.no_grad():
+                next(batch.learners[poison[0]].critic.parameters()).view(-1)[0] = float("nan")
+        metrics = batch.update()
+        solo = {i: alone[i].update() for i in metrics}
+        for i, m in metrics.items():  # the batch reports what each seed alone reports
+            assert m.keys() == solo[i].keys(), (call, i)
+            for key, value in m.items():
+                assert value == pytest.approx(solo[i][key], rel=1e-6, abs=1e-9), (call, i, key)
+        history.append(metrics)
+    return batch, alone, history
+
+
+@pytest.mark.parametrize("over", [{}, {"actor_update_interval": 2, "utd_ratio": 0.5},
+                                  {"autotune_alpha": False, "squash_epsilon": 1e-6}])
+def test_every_sac_seed_is_its_solo_run(over: dict[str, object]) -> None:
+    """Warm-up (no update until 40 transitions), then three calls of earned updates (28 then 32,
+    or half at utd 0.5, with the delayed actor and temperature steps): every parameter, target,
+    temperature, Adam state, generator state and counter of every seed equals that seed's SAC
+    trained alone, and so do the metrics."""
+    batch, alone, history = run(config(**over), calls=4)
+    assert history[0] == {0: {}, 1: {}, 2: {}}  # warming up: nothing to update yet
+    assert all(m["train/updates"] > 0 for m in history[-1].values())
+    worst = max(max_diff(state(b), state(a)) for b, a in zip(batch.learners, alone, strict=True))
+    assert worst < TOL, worst
+    assert not batch.stopped
+    print(f"SAC: max |batched - solo| = {worst:.3e}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_graphs_replay_each_sac_seed_alone() -> None:
+    """On a GPU (CUDA graphs: each kind of update twice eagerly, then recorded and replayed),
+    with the delayed actor: every seed is still its SAC alone, in float64."""
+    batch, alone, _ = run(config(actor_update_interval=2), calls=4, device="cuda")
+    worst = max(max_diff(state(b), state(a)) for b, a in zip(batch.learners, alone, strict=True))
+    assert worst < TOL, worst
+    print(f"SAC with CUDA graphs: max |batched - solo| = {worst:.3e}")
+
+
+def test_a_diverging_sac_seed_is_stopped_alone() -> None:
+    """Seed position 1 poisoned before the third call: it stops at that call's first update
+    (loss/critic NaN) with its parameters of the end of the second call; the others go on as
+    alone."""
+    batch, alone, history = run(config(), calls=4, poison=(1, 2))
+    stop = batch.stopped[1]
+    assert (stop.seed, stop.metric, stop.last_good) == (1, "loss/critic", 28)
+    assert sorted(history[-1]) == [0, 2]
+    assert batch.learners[1].num_updates == 28
+    for i in (0, 2):
+        assert max_diff(state(batch.learners[i]), state(alone[i])) < TOL
