@@ -50,6 +50,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from robotrl.algos.fasttd3 import (
+    FastTD3,
+    categorical_projection,
+    clipped_double_target,
+    expected_value,
+)
 from robotrl.algos.sac import SAC
 from robotrl.nn.linear import ensemble_linear
 from robotrl.nn.mlp import make_activation
@@ -142,7 +148,11 @@ class SeedBatch:
                 p.requires_grad_(True)
             solo = [self._optimizer(lr, net) for lr in ls]
             group = solo[0].param_groups[0]  # the learner's lr (and betas) as they are now
-            opt = adam(st[net], group["lr"], group["betas"], capturable=self.cuda_graphs)
+            opt = adam(st[net], group["lr"], group["betas"], weight_decay=group["weight_decay"],
+                       capturable=self.cuda_graphs)
+            if type(opt) is not type(solo[0]):
+                raise TypeError(f"{type(self).__name__}: the {net} optimizer is a "
+                                f"{type(solo[0]).__name__}; a batch steps Adam or AdamW")
             params = [self._params(lr, net) for lr in ls]
             first = solo[0].state.get(params[0][0])
             if first is not None:
@@ -228,7 +238,8 @@ class SeedBatch:
     def _critic(self, params: list[torch.Tensor], obs: torch.Tensor, action: torch.Tensor,
                 member: int | None = None) -> torch.Tensor:
         """S ensembles of E critics: [S, B, O], [S, B, A] -> Q [S, E, B] (all members, as one
-        ensemble of S E members) or [S, B] (``member`` alone, as ``EnsembleQ.member``)."""
+        ensemble of S E members; [S, E, B, K] with K outputs) or [S, B] (``member`` alone, as
+        ``EnsembleQ.member``)."""
         x = torch.cat([obs, action], dim=-1)  # [S, B, in]
         s, e = x.shape[0], self.cfg.num_critics
         if member is not None:
@@ -246,7 +257,7 @@ class SeedBatch:
             x = ensemble_linear(x, w.reshape(s * e, *w.shape[2:]), b.reshape(s * e, *b.shape[2:]))
             if k < n - 1:
                 x = self._act(x)
-        return x.reshape(s, e, -1)
+        return x.reshape(s, e, x.shape[1], -1).squeeze(-1)  # [S, E, B] or [S, E, B, K]
 
     # ------------------------------------------------------------------ learning
     def _draws(self, st: dict[str, Any], gens: list[torch.Generator],
@@ -388,32 +399,14 @@ class SeedBatch:
         self.stopped = {int(i): SeedStop(**s) for i, s in state["stopped"].items()}
 
 
-class SeedBatchSAC(SeedBatch):
-    """S ``SAC`` learners trained as one (``SAC._update_once``, stacked). Each seed collects in
-    its own worlds and stores into its own replay (its runner does that, as alone); a call runs
-    the updates every seed has earned (the same count: the seeds store alike) on rows each seed
+class OffPolicySeedBatch(SeedBatch):
+    """S replay learners (``OffPolicyLearner``) trained as one. Each seed collects in its own
+    worlds and stores into its own replay (its runner does that, as alone); a call runs the
+    updates every seed has earned (the same count: the seeds store alike) on rows each seed
     draws from its own replay."""
 
-    NETS = ("actor", "critic", "critic_target", "log_alpha")
-    OPTIMIZED = ("actor", "critic", "log_alpha")
-    CHECKED = ("loss/critic", "train/grad_norm/critic", "loss/actor", "train/grad_norm/actor")
     FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
     """The replay fields an update reads."""
-
-    LEARNER = SAC
-    METRIC_KEYS = SAC.metric_keys
-
-    def __init__(self, learners: Sequence[Any], cuda_graphs: bool | None = None) -> None:
-        super().__init__(learners, cuda_graphs)
-        lr0 = learners[0]
-        self.obs_dim, self.act_dim, self.eps = lr0.obs_dim, lr0.act_dim, self.cfg.squash_epsilon
-        self.target_entropy = lr0.target_entropy
-
-    def _params(self, learner: Any, net: str) -> list[torch.Tensor]:
-        return [learner.log_alpha] if net == "log_alpha" else super()._params(learner, net)
-
-    def _optimizer(self, learner: Any, net: str) -> torch.optim.Optimizer:
-        return learner.alpha_opt if net == "log_alpha" else super()._optimizer(learner, net)
 
     def _count(self, learners: list[Any]) -> int:
         """The updates each seed has earned (``OffPolicyLearner.update``'s), 0 while a replay
@@ -435,10 +428,42 @@ class SeedBatchSAC(SeedBatch):
         st["rows"] = len(buffers[0])
         st["replay"] = {f: [getattr(b, f) for b in buffers] for f in self.FIELDS}
 
+    def _batch(self, st: dict[str, Any], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each seed's rows ``idx`` [S, B] of its own replay: fields [S, B, ...]."""
+        return {f: torch.stack([col[i] for col, i in zip(cols, idx, strict=True)])
+                for f, cols in st["replay"].items()}
+
     def _branch(self, num_updates: int) -> Hashable:
-        """Whether update ``num_updates`` (0-based) steps the actor and the temperature (the
-        learner counts the update first, then steps the actor every ``actor_update_interval``)."""
+        """Whether update ``num_updates`` (0-based) steps the actor (the learner counts the
+        update first, then steps the actor every ``actor_update_interval``)."""
         return (num_updates + 1) % self.cfg.actor_update_interval == 0
+
+    def _checked(self, steps: torch.Tensor) -> torch.Tensor:
+        """The actor columns on the updates that step the actor, the critic's on every one."""
+        actor = ((steps + 1) % self.cfg.actor_update_interval == 0)[:, None]
+        return torch.cat([torch.ones_like(actor).expand(-1, 2), actor.expand(-1, 2)], dim=1)
+
+
+class SeedBatchSAC(OffPolicySeedBatch):
+    """S ``SAC`` learners trained as one (``SAC._update_once``, stacked, the temperature too)."""
+
+    LEARNER = SAC
+    METRIC_KEYS = SAC.metric_keys
+    NETS = ("actor", "critic", "critic_target", "log_alpha")
+    OPTIMIZED = ("actor", "critic", "log_alpha")
+    CHECKED = ("loss/critic", "train/grad_norm/critic", "loss/actor", "train/grad_norm/actor")
+
+    def __init__(self, learners: Sequence[Any], cuda_graphs: bool | None = None) -> None:
+        super().__init__(learners, cuda_graphs)
+        lr0 = learners[0]
+        self.obs_dim, self.act_dim, self.eps = lr0.obs_dim, lr0.act_dim, self.cfg.squash_epsilon
+        self.target_entropy = lr0.target_entropy
+
+    def _params(self, learner: Any, net: str) -> list[torch.Tensor]:
+        return [learner.log_alpha] if net == "log_alpha" else super()._params(learner, net)
+
+    def _optimizer(self, learner: Any, net: str) -> torch.optim.Optimizer:
+        return learner.alpha_opt if net == "log_alpha" else super()._optimizer(learner, net)
 
     def _draws(self, st: dict[str, Any], gens: list[torch.Generator],
                num_updates: int) -> dict[str, torch.Tensor]:
@@ -470,9 +495,7 @@ class SeedBatchSAC(SeedBatch):
     def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
                      num_updates: int) -> torch.Tensor:
         cfg = self.cfg
-        idx = draws["idx"]
-        batch = {f: torch.stack([col[i] for col, i in zip(cols, idx, strict=True)])
-                 for f, cols in st["replay"].items()}  # [S, B, ...]
+        batch = self._batch(st, draws["idx"])
         log_alpha = st["log_alpha"][0]  # [S]
         alpha = log_alpha.detach().exp()[:, None]  # [S, 1]
         with torch.no_grad():
@@ -503,10 +526,83 @@ class SeedBatchSAC(SeedBatch):
         nan = torch.full_like(critic_loss, math.nan)
         return torch.stack([metrics.get(k, nan).to(nan.dtype) for k in self.METRIC_KEYS], dim=1)
 
-    def _checked(self, steps: torch.Tensor) -> torch.Tensor:
-        """The actor columns on the updates that step the actor, the critic's on every one."""
-        actor = ((steps + 1) % self.cfg.actor_update_interval == 0)[:, None]
-        return torch.cat([torch.ones_like(actor).expand(-1, 2), actor.expand(-1, 2)], dim=1)
+
+class SeedBatchFastTD3(OffPolicySeedBatch):
+    """S ``FastTD3`` learners trained as one (``FastTD3._update_once``, stacked): each seed's
+    replay rows normalized by its own running statistics (updated while it acts, fixed during
+    a call), its twin distributional critics projected and clipped per seed."""
+
+    LEARNER = FastTD3
+    METRIC_KEYS = FastTD3.metric_keys
+    NETS = ("actor", "critic", "critic_target")
+    OPTIMIZED = ("actor", "critic")
+    CHECKED = ("loss/critic", "train/grad_norm/critic", "loss/actor", "train/grad_norm/actor")
+
+    def __init__(self, learners: Sequence[Any], cuda_graphs: bool | None = None) -> None:
+        super().__init__(learners, cuda_graphs)
+        self.obs_dim = learners[0].obs_dim
+        self.support = learners[0].support
+
+    def _data(self, seeds: list[int], st: dict[str, Any]) -> None:
+        super()._data(seeds, st)
+        norms = [self.learners[i].normalizer for i in seeds]
+        if norms[0] is not None:  # RunningNormalizer.forward's arithmetic, per seed
+            st["norm"] = (torch.stack([n.mean for n in norms])[:, None],
+                          torch.stack([torch.sqrt(n.var + n.eps) for n in norms])[:, None],
+                          norms[0].clip)
+
+    def _norm(self, st: dict[str, Any], x: torch.Tensor) -> torch.Tensor:
+        if "norm" not in st:
+            return x
+        mean, std, clip = st["norm"]
+        return torch.clamp((x - mean.to(x.dtype)) / std.to(x.dtype), -clip, clip)
+
+    def _draws(self, st: dict[str, Any], gens: list[torch.Generator],
+               num_updates: int) -> dict[str, torch.Tensor]:
+        """Each seed's replay rows, then its target-smoothing noise (``buffer.sample``,
+        ``_critic_update``)."""
+        cfg, dev = self.cfg, self.device
+        shape = (cfg.batch_size, self.learners[0].act_dim)
+        idx, noise = [], []
+        for g in gens:
+            idx.append(torch.randint(0, st["rows"], (cfg.batch_size,), generator=g, device=dev))
+            noise.append(torch.randn(shape, generator=g, device=dev))
+        return {"idx": torch.stack(idx), "noise": torch.stack(noise)}
+
+    def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
+                     num_updates: int) -> torch.Tensor:
+        cfg, support = self.cfg, self.support
+        batch = self._batch(st, draws["idx"])
+        state, next_state = self._norm(st, batch["obs"]), self._norm(st, batch["next_obs"])
+        s, b = state.shape[:2]
+        with torch.no_grad():
+            next_mean = torch.tanh(self._mlp(st["actor"], next_state[..., : self.obs_dim]))
+            noise = (draws["noise"] * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
+            next_action = (next_mean + noise).clamp(-1.0, 1.0)
+            next_probs = self._critic(st["critic_target"], next_state, next_action).softmax(-1)
+            reward = batch["reward"]
+            discount = cfg.gamma * (~batch["terminated"]).to(reward.dtype)
+            # the seeds' rows side by side: the projection and the clipped double target work
+            # row by row, over [E, S B, K]
+            flat = next_probs.transpose(0, 1).reshape(cfg.num_critics, s * b, -1)
+            projected = categorical_projection(flat, reward.reshape(-1), discount.reshape(-1),
+                                               support)
+            target = clipped_double_target(projected, support).reshape(s, 1, b, -1)
+        logits = self._critic(st["critic"], state, batch["action"])  # [S, E, B, K]
+        critic_loss = -(target * logits.log_softmax(-1)).sum(-1).mean(-1).sum(-1)  # [S]
+        metrics = {"loss/critic": critic_loss.detach(),
+                   "train/grad_norm/critic": self._step(st, "critic", critic_loss.sum())}
+        if self._branch(num_updates):
+            action = torch.tanh(self._mlp(st["actor"], state[..., : self.obs_dim]))
+            critic = [p.detach() for p in st["critic"]]  # the actor's backward skips them
+            q = expected_value(self._critic(critic, state, action).softmax(-1), support)
+            actor_loss = -q.min(1).values.mean(-1)  # [S]
+            metrics.update({"loss/actor": actor_loss.detach(),
+                            "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
+                            "train/q": q.detach().mean((1, 2))})
+        self._polyak(st["critic_target"], st["critic"])
+        nan = torch.full_like(critic_loss, math.nan)
+        return torch.stack([metrics.get(k, nan).to(nan.dtype) for k in self.METRIC_KEYS], dim=1)
 
 
 class _StateView:

@@ -73,7 +73,8 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
                                  ("awac_mcep", "mcep", "AWACMCEP"))},
 }
 for _name, _batch in (("td3bc", "offline.seed_batch:SeedBatchTD3BC"),
-                      ("iql", "offline.seed_batch:SeedBatchIQL"), ("sac", "seed_batch:SeedBatchSAC")):
+                      ("iql", "offline.seed_batch:SeedBatchIQL"), ("sac", "seed_batch:SeedBatchSAC"),
+                      ("fasttd3", "seed_batch:SeedBatchFastTD3")):
     ALGORITHMS[_name] = dataclasses.replace(ALGORITHMS[_name],
                                             seed_batch=f"robotrl.algos.{_batch}")
 """Algorithm name -> entry (its ``name`` filled in below)."""

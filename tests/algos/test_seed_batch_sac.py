@@ -1,5 +1,5 @@
-"""Seed-batched SAC (issue 46): every seed of a batch is that seed's SAC alone, update for
-update, in float64; a diverging seed is stopped without stopping the others."""
+"""Seed-batched SAC and FastTD3 (issue 46): every seed of a batch is that seed's learner alone,
+update for update, in float64; a diverging seed is stopped without stopping the others."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from robotrl.algos.fasttd3 import FastTD3, FastTD3Config
 from robotrl.algos.sac import SAC, SACConfig
-from robotrl.algos.seed_batch import SeedBatchSAC
+from robotrl.algos.seed_batch import OffPolicySeedBatch, SeedBatchFastTD3, SeedBatchSAC
 from robotrl.seeding import seed_everything
 
 SEEDS = (3, 7, 11)
@@ -27,15 +28,25 @@ def float64_one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+SMALL = {"batch_size": 16, "learning_starts": 40, "buffer_size": 500, "actor_hidden": (16, 16),
+         "critic_hidden": (16, 16)}
+
+
 def config(**over: object) -> SACConfig:
-    return SACConfig(**{"batch_size": 16, "learning_starts": 40, "buffer_size": 500,
-                        "actor_hidden": (16, 16), "critic_hidden": (16, 16), **over})
+    return SACConfig(**{**SMALL, **over})
 
 
-def learner(seed: int, cfg: SACConfig, device: str = "cpu") -> SAC:
-    """SAC of ``seed`` built as a run builds it, its replay in float64 (the comparison's)."""
+def td3_config(**over: object) -> FastTD3Config:
+    return FastTD3Config(**{**SMALL, "utd_ratio": 1.0, "num_atoms": 11, "v_min": -10.0,
+                            "v_max": 10.0, **over})
+
+
+def learner(seed: int, cfg: SACConfig | FastTD3Config, device: str = "cpu") -> SAC | FastTD3:
+    """The learner of ``seed`` built as a run builds it, its replay in float64 (the
+    comparison's)."""
     seed_everything(seed)
-    sac = SAC(OBS, -2 * torch.ones(ACT), 2 * torch.ones(ACT), WORLDS, cfg, device, seed=seed)
+    cls = FastTD3 if isinstance(cfg, FastTD3Config) else SAC
+    sac = cls(OBS, -2 * torch.ones(ACT), 2 * torch.ones(ACT), WORLDS, cfg, device, seed=seed)
     for field in ("obs", "action", "reward", "next_obs"):
         setattr(sac.buffer, field, getattr(sac.buffer, field).double())
     return sac
@@ -50,18 +61,27 @@ def collect(learners: list[SAC], steps: int, data: torch.Generator) -> None:
         reward, nxt = torch.randn(WORLDS, generator=data), torch.randn(WORLDS, OBS, generator=data)
         term, trunc = torch.rand(WORLDS, generator=data) < 0.2, torch.zeros(WORLDS, dtype=torch.bool)
         for sac in learners:
+            if getattr(sac, "normalizer", None) is not None:  # FastTD3's, as its act() does
+                sac.normalizer.update(obs.to(sac.device))
             sac._pending = (obs.to(sac.device), action.to(sac.device))
             sac.process_env_step(reward, term, trunc, nxt)
 
 
 def state(sac: SAC) -> dict[str, torch.Tensor]:
     """Every parameter, target, temperature, Adam moment and step, generator and counter."""
-    out: dict[str, torch.Tensor] = {"log_alpha": sac.log_alpha.detach().clone()}
+    out: dict[str, torch.Tensor] = {}
+    if isinstance(sac, FastTD3):
+        out["noise_scale"] = sac.noise_scale.clone()
+        if sac.normalizer is not None:
+            out.update({f"normalizer.{k}": v.clone()
+                        for k, v in sac.normalizer.state_dict().items()})
+    else:
+        out["log_alpha"] = sac.log_alpha.detach().clone()
     for net in ("actor", "critic", "critic_target"):
         for name, p in getattr(sac, net).named_parameters():
             out[f"{net}.{name}"] = p.detach().clone()
-    for name, opt in (("actor", sac.actor_opt), ("critic", sac.critic_opt),
-                      ("alpha", sac.alpha_opt)):
+    opts = [("actor", sac.actor_opt), ("critic", sac.critic_opt)]
+    for name, opt in opts + ([] if isinstance(sac, FastTD3) else [("alpha", sac.alpha_opt)]):
         for k, p in enumerate(opt.param_groups[0]["params"]):
             for key, value in opt.state[p].items():
                 out[f"{name}_opt.{k}.{key}"] = value.detach().clone().double()
@@ -76,12 +96,14 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
 
-def run(cfg: SACConfig, calls: int, poison: tuple[int, int] | None = None, device: str = "cpu"
-        ) -> tuple[SeedBatchSAC, list[SAC], list[dict[int, dict[str, float]]]]:
+def run(cfg: SACConfig | FastTD3Config, calls: int, poison: tuple[int, int] | None = None,
+        device: str = "cpu"
+        ) -> tuple[OffPolicySeedBatch, list[SAC], list[dict[int, dict[str, float]]]]:
     """A batch of SEEDS and each seed alone, ``calls`` iterations of 8 steps then an update
     call; ``poison`` = (seed position, call): a NaN critic weight of that seed before that
     call's update (in the batch only)."""
-    batch = SeedBatchSAC([learner(s, cfg, device) for s in SEEDS])
+    kind = SeedBatchFastTD3 if isinstance(cfg, FastTD3Config) else SeedBatchSAC
+    batch = kind([learner(s, cfg, device) for s in SEEDS])
     assert batch.cuda_graphs == (device == "cuda")
     alone = [learner(s, cfg, device) for s in SEEDS]
     data = [torch.Generator().manual_seed(100 + s) for s in SEEDS]
@@ -102,20 +124,23 @@ def run(cfg: SACConfig, calls: int, poison: tuple[int, int] | None = None, devic
     return batch, alone, history
 
 
-@pytest.mark.parametrize("over", [{}, {"actor_update_interval": 2, "utd_ratio": 0.5},
-                                  {"autotune_alpha": False, "squash_epsilon": 1e-6}])
-def test_every_sac_seed_is_its_solo_run(over: dict[str, object]) -> None:
+@pytest.mark.parametrize("cfg", [config(), config(actor_update_interval=2, utd_ratio=0.5),
+                                 config(autotune_alpha=False, squash_epsilon=1e-6),
+                                 td3_config(), td3_config(normalize_obs=False, utd_ratio=0.5)],
+                         ids=["sac", "sac-delayed", "sac-fixed-alpha", "fasttd3",
+                              "fasttd3-raw-obs"])
+def test_every_seed_is_its_solo_run(cfg: SACConfig | FastTD3Config) -> None:
     """Warm-up (no update until 40 transitions), then three calls of earned updates (28 then 32,
     or half at utd 0.5, with the delayed actor and temperature steps): every parameter, target,
-    temperature, Adam state, generator state and counter of every seed equals that seed's SAC
-    trained alone, and so do the metrics."""
-    batch, alone, history = run(config(**over), calls=4)
+    temperature, normalizer, Adam state, generator state and counter of every seed equals that
+    seed's learner trained alone, and so do the metrics."""
+    batch, alone, history = run(cfg, calls=4)
     assert history[0] == {0: {}, 1: {}, 2: {}}  # warming up: nothing to update yet
     assert all(m["train/updates"] > 0 for m in history[-1].values())
     worst = max(max_diff(state(b), state(a)) for b, a in zip(batch.learners, alone, strict=True))
     assert worst < TOL, worst
     assert not batch.stopped
-    print(f"SAC: max |batched - solo| = {worst:.3e}")
+    print(f"{type(batch).__name__}: max |batched - solo| = {worst:.3e}")
 
 
 @pytest.mark.gpu

@@ -1,6 +1,6 @@
-"""``robotrl train ... num_seeds=S`` (issue 46): S seeds of TD3+BC, IQL or SAC in one process,
-each an ordinary run directory equal to the run of that seed alone, a diverging seed stopped
-without stopping the others, and configs that cannot be batched refused."""
+"""``robotrl train ... num_seeds=S`` (issue 46): S seeds of TD3+BC, IQL, SAC or FastTD3 in one
+process, each an ordinary run directory equal to the run of that seed alone, a diverging seed
+stopped without stopping the others, and configs that cannot be batched refused."""
 
 from __future__ import annotations
 
@@ -49,22 +49,23 @@ def test_each_seed_of_a_batch_is_the_run_of_that_seed_alone(pendulum, tmp_path, 
             RunDir(alone).result["final"]["return_mean"], rel=1e-3)
 
 
-def test_sac_seeds_collect_in_their_own_worlds_as_alone(tmp_path, make_config):
-    """SAC, 2 seeds batched: each seed steps its own 4 worlds and stores into its own replay,
+@pytest.mark.parametrize("algo", ["sac", "fasttd3"])
+def test_online_seeds_collect_in_their_own_worlds_as_alone(tmp_path, make_config, algo):
+    """SAC or FastTD3, 2 seeds batched: each seed steps its own 4 worlds and stores into its own replay,
     the updates are batched; each seed's run directory (checkpoint, evaluations) is the run of
     that seed alone (float32 rounding of the stacked products apart)."""
     over = {"total_steps": 640, "eval_interval": 10, "algo": {"learning_starts": 256}}
-    batched = Experiment(make_config(tmp_path / "batch", "sac", seed=4, num_seeds=2,
+    batched = Experiment(make_config(tmp_path / "batch", algo, seed=4, num_seeds=2,
                                      **over)).run()
     assert batched is not None and batched["seeds"] == 2
     for seed in (4, 5):
         alone = tmp_path / f"alone{seed}"
-        Experiment(make_config(alone, "sac", seed=seed, **over)).run()
+        Experiment(make_config(alone, algo, seed=seed, **over)).run()
         run = RunDir(tmp_path / "batch" / f"s{seed}")
         assert run.finished and run.config.num_seeds == 1
         mine = RunDir(run.path).checkpoint()["algo"]
         theirs = RunDir(alone).checkpoint()["algo"]
-        assert mine["counters"] == theirs["counters"] and mine["counters"][1] > 300  # updates
+        assert mine["counters"] == theirs["counters"] and mine["counters"][1] > 150  # updates
         for net in ("actor", "critic", "critic_target"):
             for k in mine[net]:
                 torch.testing.assert_close(mine[net][k], theirs[net][k], rtol=1e-3, atol=1e-4,
@@ -97,7 +98,7 @@ def test_a_diverging_seed_stops_alone(pendulum, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("over, message", [
-    ({"algo": "bc"}, r"algo=bc has none \(those that have: \['iql', 'sac', 'td3bc'\]\)"),
+    ({"algo": "bc"}, r"algo=bc has none \(those that have: \['fasttd3', 'iql', 'sac', 'td3bc'\]\)"),
     ({"num_seeds": 0}, "num_seeds must be >= 1, got 0"),
     ({"resume": "x.pt"}, "num_seeds > 1 does not take resume="),
 ])
