@@ -50,6 +50,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from robotrl.algos.crossq import CrossQ
 from robotrl.algos.fasttd3 import (
     FastTD3,
     categorical_projection,
@@ -57,6 +58,8 @@ from robotrl.algos.fasttd3 import (
     expected_value,
 )
 from robotrl.algos.sac import SAC
+from robotrl.nn.batch_renorm import RENORM_VARIANTS, BatchRenorm, _stat_dtype
+from robotrl.nn.ensemble import EnsembleLinear
 from robotrl.nn.linear import ensemble_linear
 from robotrl.nn.mlp import make_activation
 from robotrl.nn.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
@@ -433,10 +436,13 @@ class OffPolicySeedBatch(SeedBatch):
         return {f: torch.stack([col[i] for col, i in zip(cols, idx, strict=True)])
                 for f, cols in st["replay"].items()}
 
-    def _branch(self, num_updates: int) -> Hashable:
+    def _actor_step(self, num_updates: int) -> bool:
         """Whether update ``num_updates`` (0-based) steps the actor (the learner counts the
         update first, then steps the actor every ``actor_update_interval``)."""
         return (num_updates + 1) % self.cfg.actor_update_interval == 0
+
+    def _branch(self, num_updates: int) -> Hashable:
+        return self._actor_step(num_updates)
 
     def _checked(self, steps: torch.Tensor) -> torch.Tensor:
         """The actor columns on the updates that step the actor, the critic's on every one."""
@@ -472,7 +478,7 @@ class SeedBatchSAC(OffPolicySeedBatch):
         cfg, dev = self.cfg, self.device
         shape = (cfg.batch_size, self.act_dim)
         idx, next_noise, noise = [], [], []
-        actor = self._branch(num_updates)
+        actor = self._actor_step(num_updates)
         for g in gens:
             idx.append(torch.randint(0, st["rows"], (cfg.batch_size,), generator=g, device=dev))
             next_noise.append(torch.randn(shape, generator=g, device=dev))
@@ -483,14 +489,33 @@ class SeedBatchSAC(OffPolicySeedBatch):
             out["noise"] = torch.stack(noise)
         return out
 
-    def _sample(self, params: list[torch.Tensor], obs: torch.Tensor, noise: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _policy(self, st: dict[str, Any], obs: torch.Tensor, train: bool = False
+                ) -> torch.Tensor:
+        """The S actors' networks on the ``policy`` columns of ``obs``: [S, B, 2 A]
+        (``train``: CrossQ's normalization in training mode)."""
+        return self._mlp(st["actor"], obs[..., : self.obs_dim])
+
+    def _sample(self, st: dict[str, Any], obs: torch.Tensor, noise: torch.Tensor,
+                train: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``SquashedGaussianActor.sample`` of S actors with the given noise: ([S, B, A] in
         (-1, 1), log pi [S, B])."""
-        mean, log_std = self._mlp(params, obs[..., : self.obs_dim]).chunk(2, dim=-1)
+        mean, log_std = self._policy(st, obs, train).chunk(2, dim=-1)
         log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         u = mean + log_std.exp() * noise
         return torch.tanh(u), squashed_log_prob(noise, log_std, u, self.eps)
+
+    def _critic_values(self, st: dict[str, Any], batch: dict[str, torch.Tensor],
+                       next_action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Q of the stored (s, a) [S, E, B], the target critics' Q of (s', a') [S, E, B],
+        without gradient)."""
+        with torch.no_grad():
+            next_q = self._critic(st["critic_target"], batch["next_obs"], next_action)
+        return self._critic(st["critic"], batch["obs"], batch["action"]), next_q
+
+    def _actor_values(self, st: dict[str, Any], obs: torch.Tensor, action: torch.Tensor
+                      ) -> torch.Tensor:
+        """The critics at the actor's actions [S, E, B], their parameters frozen."""
+        return self._critic([p.detach() for p in st["critic"]], obs, action)
 
     def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
                      num_updates: int) -> torch.Tensor:
@@ -499,20 +524,18 @@ class SeedBatchSAC(OffPolicySeedBatch):
         log_alpha = st["log_alpha"][0]  # [S]
         alpha = log_alpha.detach().exp()[:, None]  # [S, 1]
         with torch.no_grad():
-            next_action, next_log_prob = self._sample(st["actor"], batch["next_obs"],
-                                                      draws["next_noise"])
-            next_q = self._critic(st["critic_target"], batch["next_obs"], next_action)
+            next_action, next_log_prob = self._sample(st, batch["next_obs"], draws["next_noise"])
+        q, next_q = self._critic_values(st, batch, next_action)  # [S, E, B]
+        with torch.no_grad():
             soft = next_q.min(1).values - alpha * next_log_prob  # [S, B]
             target = batch["reward"] + cfg.gamma * (~batch["terminated"]) * soft
-        q = self._critic(st["critic"], batch["obs"], batch["action"])  # [S, E, B]
         critic_loss = 0.5 * (q - target[:, None]).square().mean(-1).sum(-1)  # [S]
         metrics = {"loss/critic": critic_loss.detach(),
                    "train/grad_norm/critic": self._step(st, "critic", critic_loss.sum()),
                    "train/q": q.detach().mean((1, 2)), "train/alpha": alpha[:, 0]}
-        if self._branch(num_updates):
-            action, log_prob = self._sample(st["actor"], batch["obs"], draws["noise"])
-            critic = [p.detach() for p in st["critic"]]  # the actor's backward skips them
-            q_pi = self._critic(critic, batch["obs"], action).min(1).values  # [S, B]
+        if self._actor_step(num_updates):
+            action, log_prob = self._sample(st, batch["obs"], draws["noise"], train=True)
+            q_pi = self._actor_values(st, batch["obs"], action).min(1).values  # [S, B]
             actor_loss = (alpha * log_prob - q_pi).mean(-1)
             metrics.update({"loss/actor": actor_loss.detach(),
                             "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
@@ -522,9 +545,143 @@ class SeedBatchSAC(OffPolicySeedBatch):
                            ).mean(-1)
                 metrics.update({"loss/alpha": t_loss.detach(), "train/grad_norm/alpha":
                                 self._step(st, "log_alpha", t_loss.sum())})
-        self._polyak(st["critic_target"], st["critic"])
+        if "critic_target" in st:
+            self._polyak(st["critic_target"], st["critic"])
         nan = torch.full_like(critic_loss, math.nan)
         return torch.stack([metrics.get(k, nan).to(nan.dtype) for k in self.METRIC_KEYS], dim=1)
+
+
+class SeedBatchCrossQ(SeedBatchSAC):
+    """S ``CrossQ`` learners trained as one: SAC's batch without target critics, every network
+    walked layer by layer with each seed's Batch Renormalization statistics (stacked and
+    updated in place by the training-mode forwards: the critics on the joint batch of (s, a) and
+    (s', a'), the actor on its own step; running statistics elsewhere). The renormalization's
+    warm-up is counted per update, as the layers count their training forwards."""
+
+    LEARNER = CrossQ
+    NETS = ("actor", "critic", "log_alpha", "actor_stats", "critic_stats")
+    OPTIMIZED = ("actor", "critic", "log_alpha")
+
+    def _params(self, learner: Any, net: str) -> list[torch.Tensor]:
+        if net.endswith("_stats"):  # the running statistics, carried like parameters
+            return [t for m in _renorms(getattr(learner, net[: -len("_stats")]))
+                    for t in (m.running_mean, m.running_var)]
+        return super()._params(learner, net)
+
+    def _data(self, seeds: list[int], st: dict[str, Any]) -> None:
+        super()._data(seeds, st)
+        ls = [self.learners[i] for i in seeds]
+        counts = {(int(_renorms(lr.actor)[0].steps), int(_renorms(lr.critic)[0].steps))
+                  for lr in ls}
+        if len(counts) != 1:
+            raise ValueError(f"the seeds of a batch must have normalized alike, got (actor, "
+                             f"critic) training forwards {sorted(counts)}")
+        self._steps0, self._start = counts.pop(), ls[0].num_updates
+
+    def _forwards(self, num_updates: int) -> tuple[int, int]:
+        """(actor, critic) training forwards of each layer before update ``num_updates``."""
+        k, start = self.cfg.actor_update_interval, self._start
+        actor0, critic0 = self._steps0
+        return actor0 + num_updates // k - start // k, critic0 + num_updates - start
+
+    def _branch(self, num_updates: int) -> Hashable:
+        """(actor step, critic renormalizes, actor renormalizes): past the warm-up, a layer's
+        training forward corrects towards the running statistics."""
+        actor, critic = self._forwards(num_updates)
+        warm = self.cfg.renorm_warmup
+        step = self._actor_step(num_updates)
+        return step, critic + 1 > warm, step and actor + 1 > warm
+
+    def _advance(self, learner: Any, start: int, n: int) -> None:
+        super()._advance(learner, start, n)
+        for net, count in zip(("actor", "critic"), self._forwards(start + n), strict=True):
+            for m in _renorms(getattr(learner, net)):
+                m.steps.fill_(count)
+                m._steps = None  # the layer reads its count again
+
+    def _walk(self, module: nn.Module, params: list[torch.Tensor], stats: list[torch.Tensor],
+              x: torch.Tensor, correct: bool | None) -> torch.Tensor:
+        """``module``'s layers (learner 0's: their kinds and settings) on S stacked sets of
+        parameters and statistics; ``correct`` None: evaluation mode (running statistics),
+        else training mode (batch statistics, renormalized when True; statistics updated)."""
+        p, r = iter(params), iter(stats)
+        for layer in module:
+            if isinstance(layer, BatchRenorm):
+                w, b, mean, var = next(p), next(p), next(r), next(r)
+                if correct is False and layer.variant == "ioffe":  # as the layer: torch's kernel
+                    x = _batch_norm(layer, x, w, b, mean, var)
+                    continue
+                if layer.members is None:  # [S, H] -> [S, 1, H] against x [S, B, H]
+                    w, b, mean, var = (t[:, None] for t in (w, b, mean, var))
+                xf = x.to(_stat_dtype(x))
+                if correct is None:
+                    x_hat = (xf - mean) / (var + layer.eps).sqrt()
+                else:
+                    x_hat, batch_mean, batch_var = RENORM_VARIANTS[layer.variant](
+                        xf, mean, var, layer.eps, layer.rmax, layer.dmax, correct, True)
+                    with torch.no_grad():
+                        mean.lerp_(batch_mean, layer.momentum)
+                        var.lerp_(batch_var, layer.momentum)
+                x = torch.addcmul(b, x_hat, w).to(x.dtype)
+            elif isinstance(layer, EnsembleLinear):
+                w, b = next(p), next(p)  # [S, E, in, out], [S, E, 1, out]
+                s, e = w.shape[:2]
+                y = ensemble_linear(x.reshape(s * e, *x.shape[2:]),
+                                    w.reshape(s * e, *w.shape[2:]), b.reshape(s * e, *b.shape[2:]))
+                x = y.reshape(s, e, *y.shape[1:])
+            elif isinstance(layer, nn.Linear):
+                w, b = next(p), next(p)
+                x = torch.baddbmm(b[:, None, :], x, w.transpose(1, 2))
+            else:  # an activation
+                x = layer(x)
+        return x
+
+    def _policy(self, st: dict[str, Any], obs: torch.Tensor, train: bool = False
+                ) -> torch.Tensor:
+        correct = self._correct[2] if train else None
+        return self._walk(self.learners[0].actor.net, st["actor"], st["actor_stats"],
+                          obs[..., : self.obs_dim], correct)
+
+    def _q(self, st: dict[str, Any], params: list[torch.Tensor], obs: torch.Tensor,
+           action: torch.Tensor, correct: bool | None) -> torch.Tensor:
+        x = torch.cat([obs, action], dim=-1)  # [S, B, in] -> every member's [S, E, B, in]
+        x = x[:, None].expand(x.shape[0], self.cfg.num_critics, *x.shape[1:])
+        return self._walk(self.learners[0].critic.net, params, st["critic_stats"], x,
+                          correct).squeeze(-1)
+
+    def _critic_values(self, st: dict[str, Any], batch: dict[str, torch.Tensor],
+                       next_action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One training-mode forward of (s, a) and (s', a') together (CrossQ's joint batch)."""
+        b = batch["reward"].shape[1]
+        q_all = self._q(st, st["critic"], torch.cat([batch["obs"], batch["next_obs"]], 1),
+                        torch.cat([batch["action"], next_action], 1), self._correct[1])
+        q, next_q = q_all.split(b, dim=-1)
+        return q, next_q.detach()
+
+    def _actor_values(self, st: dict[str, Any], obs: torch.Tensor, action: torch.Tensor
+                      ) -> torch.Tensor:
+        return self._q(st, [p.detach() for p in st["critic"]], obs, action, None)
+
+    def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
+                     num_updates: int) -> torch.Tensor:
+        self._correct = self._branch(num_updates)
+        return super()._update_once(st, draws, num_updates)
+
+
+def _renorms(module: nn.Module) -> list[BatchRenorm]:
+    return [m for m in module.modules() if isinstance(m, BatchRenorm)]
+
+
+def _batch_norm(layer: BatchRenorm, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """``BatchRenorm._batch_norm`` of S stacked layers: x [..., B, H] as [B, (...) H] columns
+    through ``F.batch_norm`` (the statistics updated in place, as the layer's)."""
+    b = x.shape[-2]
+    flat = x.to(_stat_dtype(x)).movedim(-2, 0).reshape(b, -1)
+    y = nn.functional.batch_norm(flat, mean.view(-1), var.view(-1), weight.reshape(-1),
+                                 bias.reshape(-1), training=True, momentum=layer.momentum,
+                                 eps=layer.eps)
+    return y.view(b, *x.shape[:-2], x.shape[-1]).movedim(0, -2).to(x.dtype)
 
 
 class SeedBatchFastTD3(OffPolicySeedBatch):
@@ -592,7 +749,7 @@ class SeedBatchFastTD3(OffPolicySeedBatch):
         critic_loss = -(target * logits.log_softmax(-1)).sum(-1).mean(-1).sum(-1)  # [S]
         metrics = {"loss/critic": critic_loss.detach(),
                    "train/grad_norm/critic": self._step(st, "critic", critic_loss.sum())}
-        if self._branch(num_updates):
+        if self._actor_step(num_updates):
             action = torch.tanh(self._mlp(st["actor"], state[..., : self.obs_dim]))
             critic = [p.detach() for p in st["critic"]]  # the actor's backward skips them
             q = expected_value(self._critic(critic, state, action).softmax(-1), support)

@@ -1,4 +1,4 @@
-"""Seed-batched SAC and FastTD3 (issue 46): every seed of a batch is that seed's learner alone,
+"""Seed-batched SAC, CrossQ and FastTD3 (issue 46): every seed of a batch is that seed's learner alone,
 update for update, in float64; a diverging seed is stopped without stopping the others."""
 
 from __future__ import annotations
@@ -8,9 +8,15 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from robotrl.algos.crossq import CrossQ, CrossQConfig
 from robotrl.algos.fasttd3 import FastTD3, FastTD3Config
 from robotrl.algos.sac import SAC, SACConfig
-from robotrl.algos.seed_batch import OffPolicySeedBatch, SeedBatchFastTD3, SeedBatchSAC
+from robotrl.algos.seed_batch import (
+    OffPolicySeedBatch,
+    SeedBatchCrossQ,
+    SeedBatchFastTD3,
+    SeedBatchSAC,
+)
 from robotrl.seeding import seed_everything
 
 SEEDS = (3, 7, 11)
@@ -41,12 +47,24 @@ def td3_config(**over: object) -> FastTD3Config:
                             "v_max": 10.0, **over})
 
 
+def crossq_config(**over: object) -> CrossQConfig:
+    return CrossQConfig(**{**SMALL, "critic_hidden": (24, 24), "renorm_warmup": 20, **over})
+
+
+KINDS = ((CrossQConfig, CrossQ, SeedBatchCrossQ), (FastTD3Config, FastTD3, SeedBatchFastTD3),
+         (SACConfig, SAC, SeedBatchSAC))
+"""(config, learner, batch): CrossQ's config is a SAC config, so it comes first."""
+
+
+def kind(cfg: object) -> tuple[type, type, type]:
+    return next(k for k in KINDS if isinstance(cfg, k[0]))
+
+
 def learner(seed: int, cfg: SACConfig | FastTD3Config, device: str = "cpu") -> SAC | FastTD3:
     """The learner of ``seed`` built as a run builds it, its replay in float64 (the
     comparison's)."""
     seed_everything(seed)
-    cls = FastTD3 if isinstance(cfg, FastTD3Config) else SAC
-    sac = cls(OBS, -2 * torch.ones(ACT), 2 * torch.ones(ACT), WORLDS, cfg, device, seed=seed)
+    sac = kind(cfg)[1](OBS, -2 * torch.ones(ACT), 2 * torch.ones(ACT), WORLDS, cfg, device, seed=seed)
     for field in ("obs", "action", "reward", "next_obs"):
         setattr(sac.buffer, field, getattr(sac.buffer, field).double())
     return sac
@@ -78,8 +96,11 @@ def state(sac: SAC) -> dict[str, torch.Tensor]:
     else:
         out["log_alpha"] = sac.log_alpha.detach().clone()
     for net in ("actor", "critic", "critic_target"):
-        for name, p in getattr(sac, net).named_parameters():
-            out[f"{net}.{name}"] = p.detach().clone()
+        module = getattr(sac, net)
+        if module is None:  # CrossQ: no target critics
+            continue
+        for name, p in [*module.named_parameters(), *module.named_buffers()]:
+            out[f"{net}.{name}"] = p.detach().clone().double()  # Batch Renorm counts too
     opts = [("actor", sac.actor_opt), ("critic", sac.critic_opt)]
     for name, opt in opts + ([] if isinstance(sac, FastTD3) else [("alpha", sac.alpha_opt)]):
         for k, p in enumerate(opt.param_groups[0]["params"]):
@@ -102,8 +123,7 @@ def run(cfg: SACConfig | FastTD3Config, calls: int, poison: tuple[int, int] | No
     """A batch of SEEDS and each seed alone, ``calls`` iterations of 8 steps then an update
     call; ``poison`` = (seed position, call): a NaN critic weight of that seed before that
     call's update (in the batch only)."""
-    kind = SeedBatchFastTD3 if isinstance(cfg, FastTD3Config) else SeedBatchSAC
-    batch = kind([learner(s, cfg, device) for s in SEEDS])
+    batch = kind(cfg)[2]([learner(s, cfg, device) for s in SEEDS])
     assert batch.cuda_graphs == (device == "cuda")
     alone = [learner(s, cfg, device) for s in SEEDS]
     data = [torch.Generator().manual_seed(100 + s) for s in SEEDS]
@@ -126,9 +146,12 @@ def run(cfg: SACConfig | FastTD3Config, calls: int, poison: tuple[int, int] | No
 
 @pytest.mark.parametrize("cfg", [config(), config(actor_update_interval=2, utd_ratio=0.5),
                                  config(autotune_alpha=False, squash_epsilon=1e-6),
-                                 td3_config(), td3_config(normalize_obs=False, utd_ratio=0.5)],
+                                 td3_config(), td3_config(normalize_obs=False, utd_ratio=0.5),
+                                 crossq_config(),
+                                 crossq_config(renorm_variant="sb3_contrib", utd_ratio=0.5,
+                                               alpha_adam_beta1=0.9)],
                          ids=["sac", "sac-delayed", "sac-fixed-alpha", "fasttd3",
-                              "fasttd3-raw-obs"])
+                              "fasttd3-raw-obs", "crossq", "crossq-sb3-renorm"])
 def test_every_seed_is_its_solo_run(cfg: SACConfig | FastTD3Config) -> None:
     """Warm-up (no update until 40 transitions), then three calls of earned updates (28 then 32,
     or half at utd 0.5, with the delayed actor and temperature steps): every parameter, target,

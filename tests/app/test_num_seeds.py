@@ -1,6 +1,6 @@
-"""``robotrl train ... num_seeds=S`` (issue 46): S seeds of TD3+BC, IQL, SAC or FastTD3 in one
-process, each an ordinary run directory equal to the run of that seed alone, a diverging seed
-stopped without stopping the others, and configs that cannot be batched refused."""
+"""``robotrl train ... num_seeds=S`` (issue 46): S seeds of TD3+BC, IQL, SAC, CrossQ or FastTD3
+in one process, each an ordinary run directory equal to the run of that seed alone, a diverging
+seed stopped without stopping the others, and configs that cannot be batched refused."""
 
 from __future__ import annotations
 
@@ -49,11 +49,15 @@ def test_each_seed_of_a_batch_is_the_run_of_that_seed_alone(pendulum, tmp_path, 
             RunDir(alone).result["final"]["return_mean"], rel=1e-3)
 
 
-@pytest.mark.parametrize("algo", ["sac", "fasttd3"])
+@pytest.mark.parametrize("algo", ["sac", "crossq", "fasttd3"])
 def test_online_seeds_collect_in_their_own_worlds_as_alone(tmp_path, make_config, algo):
-    """SAC or FastTD3, 2 seeds batched: each seed steps its own 4 worlds and stores into its own replay,
-    the updates are batched; each seed's run directory (checkpoint, evaluations) is the run of
-    that seed alone (float32 rounding of the stacked products apart)."""
+    """SAC, CrossQ or FastTD3, 2 seeds batched: each seed steps its own 4 worlds and stores into
+    its own replay, the updates are batched; each seed's run directory (counters, evaluations,
+    checkpoint) is the run of that seed alone, its parameters too up to float32 rounding
+    (SAC, FastTD3). CrossQ's float32 runs drift apart from rounding alone (Adam with beta1 0.5
+    on batch-normalized networks turns rounding of near-zero gradients into full steps:
+    measured 0.16 largest parameter difference after 150 updates, where float64 agrees within
+    2e-15), so its parameters are compared in float64 in tests/algos/test_seed_batch_sac.py."""
     over = {"total_steps": 640, "eval_interval": 10, "algo": {"learning_starts": 256}}
     batched = Experiment(make_config(tmp_path / "batch", algo, seed=4, num_seeds=2,
                                      **over)).run()
@@ -66,7 +70,8 @@ def test_online_seeds_collect_in_their_own_worlds_as_alone(tmp_path, make_config
         mine = RunDir(run.path).checkpoint()["algo"]
         theirs = RunDir(alone).checkpoint()["algo"]
         assert mine["counters"] == theirs["counters"] and mine["counters"][1] > 150  # updates
-        for net in ("actor", "critic", "critic_target"):
+        assert mine.keys() == theirs.keys()
+        for net in ("actor", "critic", "critic_target") if algo != "crossq" else ():
             for k in mine[net]:
                 torch.testing.assert_close(mine[net][k], theirs[net][k], rtol=1e-3, atol=1e-4,
                                            msg=f"{net}.{k}")
@@ -98,7 +103,8 @@ def test_a_diverging_seed_stops_alone(pendulum, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("over, message", [
-    ({"algo": "bc"}, r"algo=bc has none \(those that have: \['fasttd3', 'iql', 'sac', 'td3bc'\]\)"),
+    ({"algo": "bc"},
+     r"algo=bc has none \(those that have: \['crossq', 'fasttd3', 'iql', 'sac', 'td3bc'\]\)"),
     ({"num_seeds": 0}, "num_seeds must be >= 1, got 0"),
     ({"resume": "x.pt"}, "num_seeds > 1 does not take resume="),
 ])
