@@ -167,9 +167,16 @@ def adaptive_lr(lr: float, kl: float, desired_kl: float) -> float:
     """
     if kl > 2.0 * desired_kl:
         return max(MIN_ADAPTIVE_LR, lr / 1.5)
-    if 0.0 < kl < 0.5 * desired_kl:
+    if KL_ROUNDING < kl < 0.5 * desired_kl:
         return min(MAX_ADAPTIVE_LR, lr * 1.5)
     return lr
+
+
+KL_ROUNDING = 1e-12
+"""A KL at or below this is rounding, not a policy change: ``adaptive_lr`` leaves the rate as it
+is (RSL-RL's rule tests ``kl > 0`` for the unchanged policy of an update's first minibatch; in
+float64 that minibatch can read 2.5e-32 instead of 0, in float32 ~1e-15, from the rows' products
+rounding differently in acting and in the update, which raised the rate by 1.5 by accident)."""
 
 
 _HALF_LOG_2PI = math.log(math.sqrt(2 * math.pi))  # as torch.distributions.Normal computes it
@@ -211,8 +218,9 @@ class _PPOHead(torch.autograd.Function):
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         b, dims = mean.shape
         # the log-probability exactly as acting computed it (Normal.log_prob's operations), so
-        # an update's first minibatch has log ratio 0 bit for bit: the adaptive lr's rule
-        # (x1.5 where 0 < KL < desired / 2, as RSL-RL's) must read KL = 0 there, not 1e-13
+        # an update's first minibatch has log ratio 0 bit for bit where the products round
+        # alike: the adaptive lr's rule (x1.5 where 0 < KL < desired / 2, as RSL-RL's) must
+        # read KL = 0 there, not 1e-13 (KL_ROUNDING covers the rows that round apart)
         std = torch.exp(log_std)
         diff = batch["action"] - mean
         log_prob = (-(diff**2) / (2 * std**2) - std.log() - _HALF_LOG_2PI).sum(-1)

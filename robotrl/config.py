@@ -23,6 +23,7 @@ from robotrl.registry import (
     algorithm,
     policy_config_class,
     policy_name,
+    resolve,
 )
 
 # Domain randomization -----------------------------------------------------------------------------
@@ -439,6 +440,9 @@ def validate(cfg: TrainConfig) -> None:
                                  f"(run_dir/s<seed>); {key} one seed's run alone")
         if cfg.distributed:
             raise ValueError("num_seeds > 1 runs in one process: distributed=true is not for it")
+        check = getattr(resolve(entry.seed_batch), "check_config", None)
+        if check is not None:  # what a seed batch does not take (PPO: a shared backbone, ...)
+            check(cfg.algo)
     offline = entry.runner == "offline"
     if offline and not cfg.dataset:
         raise ValueError(f"algo={entry.name} learns from a dataset: give "

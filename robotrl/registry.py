@@ -75,7 +75,8 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
 for _name, _batch in (("td3bc", "offline.seed_batch:SeedBatchTD3BC"),
                       ("iql", "offline.seed_batch:SeedBatchIQL"), ("sac", "seed_batch:SeedBatchSAC"),
                       ("crossq", "seed_batch:SeedBatchCrossQ"),
-                      ("fasttd3", "seed_batch:SeedBatchFastTD3")):
+                      ("fasttd3", "seed_batch:SeedBatchFastTD3"),
+                      ("ppo", "ppo_seed_batch:SeedBatchPPO")):
     ALGORITHMS[_name] = dataclasses.replace(ALGORITHMS[_name],
                                             seed_batch=f"robotrl.algos.{_batch}")
 """Algorithm name -> entry (its ``name`` filled in below)."""

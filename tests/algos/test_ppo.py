@@ -271,6 +271,8 @@ def test_lr_schedules(point_env: MakeEnv) -> None:
     assert adaptive_lr(1e-3, kl=0.001, desired_kl=0.01) == pytest.approx(1.5e-3)
     assert adaptive_lr(1e-3, kl=0.01, desired_kl=0.01) == 1e-3
     assert adaptive_lr(1e-5, kl=1.0, desired_kl=0.01) == 1e-5  # floor
+    # an unchanged policy (an update's first minibatch) whose rows rounded apart: no rise
+    assert adaptive_lr(1e-3, kl=2.5e-32, desired_kl=0.01) == 1e-3
     assert adaptive_lr(1e-2, kl=0.0001, desired_kl=0.01) == 1e-2  # ceiling
     assert set(LR_SCHEDULES) == {"fixed", "adaptive", "linear"}
     with pytest.raises(ValueError, match="known: fixed, linear, adaptive"):

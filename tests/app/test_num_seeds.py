@@ -1,6 +1,7 @@
-"""``robotrl train ... num_seeds=S`` (issue 46): S seeds of TD3+BC, IQL, SAC, CrossQ or FastTD3
-in one process, each an ordinary run directory equal to the run of that seed alone, a diverging
-seed stopped without stopping the others, and configs that cannot be batched refused."""
+"""``robotrl train ... num_seeds=S`` (issue 46): S seeds of TD3+BC, IQL, SAC, CrossQ, FastTD3
+or PPO in one process, each an ordinary run directory equal to the run of that seed alone, a
+diverging seed stopped without stopping the others, and configs that cannot be batched
+refused."""
 
 from __future__ import annotations
 
@@ -49,16 +50,17 @@ def test_each_seed_of_a_batch_is_the_run_of_that_seed_alone(pendulum, tmp_path, 
             RunDir(alone).result["final"]["return_mean"], rel=1e-3)
 
 
-@pytest.mark.parametrize("algo", ["sac", "crossq", "fasttd3"])
+@pytest.mark.parametrize("algo", ["sac", "crossq", "fasttd3", "ppo"])
 def test_online_seeds_collect_in_their_own_worlds_as_alone(tmp_path, make_config, algo):
-    """SAC, CrossQ or FastTD3, 2 seeds batched: each seed steps its own 4 worlds and stores into
-    its own replay, the updates are batched; each seed's run directory (counters, evaluations,
+    """SAC, CrossQ, FastTD3 or PPO, 2 seeds batched: each seed steps its own 4 worlds and
+    stores into its own replay (rollout), the updates are batched; each seed's run directory (counters, evaluations,
     checkpoint) is the run of that seed alone, its parameters too up to float32 rounding
     (SAC, FastTD3). CrossQ's float32 runs drift apart from rounding alone (Adam with beta1 0.5
     on batch-normalized networks turns rounding of near-zero gradients into full steps:
     measured 0.16 largest parameter difference after 150 updates, where float64 agrees within
     2e-15), so its parameters are compared in float64 in tests/algos/test_seed_batch_sac.py."""
-    over = {"total_steps": 640, "eval_interval": 10, "algo": {"learning_starts": 256}}
+    over = {"total_steps": 640, "eval_interval": 10 if algo != "ppo" else 5,
+            "algo": {"learning_starts": 256} if algo != "ppo" else {"rollout_steps": 16}}
     batched = Experiment(make_config(tmp_path / "batch", algo, seed=4, num_seeds=2,
                                      **over)).run()
     assert batched is not None and batched["seeds"] == 2
@@ -69,9 +71,13 @@ def test_online_seeds_collect_in_their_own_worlds_as_alone(tmp_path, make_config
         assert run.finished and run.config.num_seeds == 1
         mine = RunDir(run.path).checkpoint()["algo"]
         theirs = RunDir(alone).checkpoint()["algo"]
-        assert mine["counters"] == theirs["counters"] and mine["counters"][1] > 150  # updates
         assert mine.keys() == theirs.keys()
-        for net in ("actor", "critic", "critic_target") if algo != "crossq" else ():
+        if algo == "ppo":
+            assert mine["lr"] == pytest.approx(theirs["lr"])
+        else:
+            assert mine["counters"] == theirs["counters"] and mine["counters"][1] > 150
+        nets = {"crossq": (), "ppo": ("policy",)}.get(algo, ("actor", "critic", "critic_target"))
+        for net in nets:
             for k in mine[net]:
                 torch.testing.assert_close(mine[net][k], theirs[net][k], rtol=1e-3, atol=1e-4,
                                            msg=f"{net}.{k}")
@@ -104,12 +110,20 @@ def test_a_diverging_seed_stops_alone(pendulum, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("over, message", [
     ({"algo": "bc"},
-     r"algo=bc has none \(those that have: \['crossq', 'fasttd3', 'iql', 'sac', 'td3bc'\]\)"),
+     r"algo=bc has none \(those that have: \['crossq', 'fasttd3', 'iql', 'ppo', 'sac', "
+     r"'td3bc'\]\)"),
     ({"num_seeds": 0}, "num_seeds must be >= 1, got 0"),
     ({"resume": "x.pt"}, "num_seeds > 1 does not take resume="),
 ])
 def test_what_cannot_be_batched_is_refused(pendulum, tmp_path, over, message):
     cfg = config(pendulum, tmp_path, **{"num_seeds": 2, **over})
     with pytest.raises(ValueError, match=message):
+        Experiment(cfg)
+    assert not any(tmp_path.iterdir())
+
+
+def test_what_ppo_cannot_batch_is_refused_before_anything_is_written(tmp_path, make_config):
+    cfg = make_config(tmp_path, "ppo", num_seeds=2, algo={"shared_backbone": True})
+    with pytest.raises(ValueError, match=r"num_seeds > 1 with PPO .* \['shared_backbone'\]"):
         Experiment(cfg)
     assert not any(tmp_path.iterdir())
