@@ -440,6 +440,9 @@ def validate(cfg: TrainConfig) -> None:
                                  f"(run_dir/s<seed>); {key} one seed's run alone")
         if cfg.distributed:
             raise ValueError("num_seeds > 1 runs in one process: distributed=true is not for it")
+        if policy_name(cfg.policy) != "mlp":
+            raise ValueError(f"num_seeds > 1 batches MLP policies; policy={policy_name(cfg.policy)}"
+                             " trains its seeds as separate runs (a multirun: seed=0,1,2)")
         check = getattr(resolve(entry.seed_batch), "check_config", None)
         if check is not None:  # what a seed batch does not take (PPO: a shared backbone, ...)
             check(cfg.algo)

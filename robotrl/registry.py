@@ -72,7 +72,9 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
                                  ("td3bc_mcep", "mcep", "TD3BCMCEP"),
                                  ("awac_mcep", "mcep", "AWACMCEP"))},
 }
-for _name, _batch in (("td3bc", "offline.seed_batch:SeedBatchTD3BC"),
+for _name, _batch in (("bc", "offline.seed_batch:SeedBatchBC"),
+                      ("cql", "offline.seed_batch:SeedBatchCQL"),
+                      ("td3bc", "offline.seed_batch:SeedBatchTD3BC"),
                       ("iql", "offline.seed_batch:SeedBatchIQL"), ("sac", "seed_batch:SeedBatchSAC"),
                       ("crossq", "seed_batch:SeedBatchCrossQ"),
                       ("fasttd3", "seed_batch:SeedBatchFastTD3"),

@@ -1,4 +1,4 @@
-"""Seed-batched offline learners: S runs of TD3+BC or IQL trained in one process
+"""Seed-batched offline learners: S runs of BC, TD3+BC, IQL or CQL trained in one process
 (``robotrl.algos.seed_batch``: stacking, Adam, CUDA graphs, stopping a diverging seed).
 
 Each seed's learner keeps its own view of the dataset (its normalizer statistics); the batch
@@ -13,12 +13,16 @@ from typing import Any
 
 import torch
 
+from robotrl.algos.offline.bc import BC
+from robotrl.algos.offline.cql import CQL
 from robotrl.algos.offline.iql import IQL
 from robotrl.algos.offline.td3bc import TD3BC
 from robotrl.algos.seed_batch import SeedBatch, SeedStop
+from robotrl.nn.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from robotrl.nn.target import td_target
 
-__all__ = ["OfflineSeedBatch", "SeedBatch", "SeedBatchIQL", "SeedBatchTD3BC", "SeedStop"]
+__all__ = ["OfflineSeedBatch", "SeedBatch", "SeedBatchBC", "SeedBatchCQL", "SeedBatchIQL",
+           "SeedBatchTD3BC", "SeedStop"]
 
 
 class OfflineSeedBatch(SeedBatch):
@@ -209,3 +213,151 @@ class SeedBatchIQL(OfflineSeedBatch):
         return torch.stack([metrics[k].to(dtype) for k in self.METRIC_KEYS], dim=1)
 
 
+
+
+class SeedBatchBC(OfflineSeedBatch):
+    """S ``BC`` learners (MLP actors) trained as one (``BC._update_once``, stacked)."""
+
+    LEARNER = BC
+    NETS = ("actor",)
+    OPTIMIZED = ("actor",)
+    METRIC_KEYS = BC.METRIC_KEYS
+    CHECKED = BC.METRIC_KEYS
+
+    def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
+                     num_updates: int) -> torch.Tensor:
+        table = st["table"]
+        s, dev = table.shape[0], table.device
+        batch = self.learners[0].data.unpack(table[torch.arange(s, device=dev)[:, None],
+                                                   draws["idx"]])
+        action = torch.tanh(self._mlp(st["actor"], batch["obs"]))
+        loss = (action - batch["action"]).square().mean((1, 2))  # [S]
+        norm = self._step(st, "actor", loss.sum())
+        return torch.stack([loss.detach(), norm.to(loss.dtype)], dim=1)
+
+
+class SeedBatchCQL(OfflineSeedBatch):
+    """S ``CQL`` learners trained as one (``CQL._update_once``, stacked): each seed's policy
+    samples (the bootstrap's, the K per state of each proposal, the actor's) and uniform actions
+    drawn from its own generator in its learner's order, the conservative penalty, temperature
+    and Lagrange weight per seed."""
+
+    LEARNER = CQL
+    NETS = ("actor", "critic", "critic_target", "temperature", "cql_weight")
+    OPTIMIZED = ("actor", "critic", "temperature", "cql_weight")
+    METRIC_KEYS = CQL.METRIC_KEYS
+    CHECKED = ("loss/critic", "train/grad_norm/critic", "loss/actor", "train/grad_norm/actor")
+
+    def _optimizer(self, learner: Any, net: str) -> torch.optim.Optimizer:
+        return {"temperature": learner.alpha_opt, "cql_weight": learner.weight_opt}.get(
+            net) or super()._optimizer(learner, net)
+
+    def _draws(self, st: dict[str, Any], gens: list[torch.Generator],
+               num_updates: int) -> dict[str, torch.Tensor]:
+        """Rows, then (actor first) the actor's sample, the bootstrap's, the uniform actions,
+        the K samples at s and at s'; critic first: the actor's sample last."""
+        cfg, lr0, dev = self.cfg, self.learners[0], self.device
+        b, k, a, dtype = cfg.batch_size, cfg.num_actions, lr0.act_dim, lr0.dtype
+        draws = super()._draws(st, gens, num_updates)
+        shapes = {"pi": (b, a), "next": (b, a), "uniform": (b, k, a), "k_obs": (b * k, a),
+                  "k_next": (b * k, a)}
+        order = ["next", "uniform", "k_obs", "k_next"]
+        order = order + ["pi"] if cfg.update_order == "critic_first" else ["pi"] + order
+        per_seed: dict[str, list[torch.Tensor]] = {name: [] for name in order}
+        for g in gens:
+            for name in order:
+                draw = torch.rand if name == "uniform" else torch.randn
+                per_seed[name].append(draw(shapes[name], generator=g, device=dev, dtype=dtype))
+        return {**draws, **{name: torch.stack(v) for name, v in per_seed.items()}}
+
+    def _sample(self, st: dict[str, Any], obs: torch.Tensor, noise: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``SquashedGaussianActor.sample`` of S actors with the given noise."""
+        mean, log_std = self._mlp(st["actor"], obs).chunk(2, dim=-1)
+        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        u = mean + log_std.exp() * noise
+        eps = self.learners[0].actor.squash_epsilon
+        return torch.tanh(u), squashed_log_prob(noise, log_std, u, eps)
+
+    def _actor_step(self, st: dict[str, Any], obs: torch.Tensor, noise: torch.Tensor
+                    ) -> dict[str, torch.Tensor]:
+        """``CQL._update_actor``: the temperature's step, then the actor's (critics frozen)."""
+        cfg = self.cfg
+        log_alpha = st["temperature"][0]  # [S]
+        alpha = log_alpha.detach().exp()
+        pi_action, log_prob = self._sample(st, obs, noise)
+        scale = log_alpha.exp() if cfg.temperature_loss == "alpha" else log_alpha
+        t_loss = -(scale[:, None] * (log_prob.detach() + self.learners[0].target_entropy)
+                   ).mean(-1)
+        self._step(st, "temperature", t_loss.sum())
+        if cfg.update_order == "critic_first":
+            alpha = log_alpha.detach().exp()
+        critic = [p.detach() for p in st["critic"]]
+        q = self._critic(critic, obs, pi_action)  # [S, E, B]
+        actor_loss = (alpha[:, None] * log_prob - q.min(1).values).mean(-1)
+        return {"loss/actor": actor_loss.detach(), "train/entropy": -log_prob.detach().mean(-1),
+                "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
+                "train/alpha": alpha}
+
+    def _critic_step(self, st: dict[str, Any], batch: dict[str, torch.Tensor],
+                     draws: dict[str, torch.Tensor], alpha: torch.Tensor
+                     ) -> dict[str, torch.Tensor]:
+        """``CQL._update_critic``: the TD error plus the conservative penalty, and the
+        Lagrange weight's step."""
+        cfg, lr0 = self.cfg, self.learners[0]
+        obs, action, next_obs = batch["obs"], batch["action"], batch["next_obs"]
+        s, b = obs.shape[:2]
+        k, a, e = cfg.num_actions, lr0.act_dim, cfg.num_critics
+        with torch.no_grad():
+            next_action, next_log_prob = self._sample(st, next_obs, draws["next"])
+            next_q = self._critic(st["critic_target"], next_obs, next_action).min(1).values
+            if cfg.backup_entropy:
+                next_q = next_q - alpha[:, None] * next_log_prob
+            target = td_target(batch["reward"], batch["terminated"], next_q, cfg.gamma)
+            uniform = draws["uniform"] * 2 - 1  # [S, B, K, A]
+            act_s, logp_s = self._sample(st, obs.repeat_interleave(k, 1), draws["k_obs"])
+            act_n, logp_n = self._sample(st, next_obs.repeat_interleave(k, 1), draws["k_next"])
+            sampled = torch.cat([uniform, act_n.view(s, b, k, a), act_s.view(s, b, k, a)], 2)
+            log_density = torch.cat([torch.full((s, b, k), a * math.log(0.5), device=obs.device,
+                                                dtype=obs.dtype),
+                                     logp_n.view(s, b, k), logp_s.view(s, b, k)], 2)
+        q_data = self._critic(st["critic"], obs, action)  # [S, E, B]
+        q_sampled = self._critic(st["critic"], obs.repeat_interleave(3 * k, 1),
+                                 sampled.view(s, b * 3 * k, a)).view(s, e, b, 3 * k)
+        mse = (q_data - target[:, None]).square().mean(-1).sum(-1)  # [S]
+        weighted = (q_sampled - log_density[:, None]) / cfg.cql_temperature
+        lse = cfg.cql_temperature * torch.logsumexp(weighted, dim=-1)
+        gap_e = (lse - q_data).mean(-1)  # [S, E]
+        gap = gap_e.sum(-1)
+        if cfg.lagrange:
+            log_weight = st["cql_weight"][0]
+            weight = log_weight.exp().clamp(0.0, 1e6) * cfg.cql_alpha
+            w_loss = -(weight * (gap.detach() - e * cfg.target_action_gap)) / e
+            self._step(st, "cql_weight", w_loss.sum())
+            if cfg.update_order == "critic_first":
+                weight = log_weight.exp().clamp(0.0, 1e6) * cfg.cql_alpha
+            weight = weight.detach()
+        else:
+            weight = torch.full_like(gap, cfg.cql_alpha).detach()
+        loss = mse + weight * gap
+        return {"loss/critic": loss.detach(),
+                "train/grad_norm/critic": self._step(st, "critic", loss.sum()),
+                "train/q": q_data.detach().mean((1, 2)),
+                "train/cql_gap": gap_e.detach().mean(-1), "train/cql_weight": weight}
+
+    def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
+                     num_updates: int) -> torch.Tensor:
+        table = st["table"]
+        s, dev = table.shape[0], table.device
+        batch = self.learners[0].data.unpack(table[torch.arange(s, device=dev)[:, None],
+                                                   draws["idx"]])
+        alpha = st["temperature"][0].detach().exp()  # the bootstrap's alpha in both orders
+        if self.cfg.update_order == "critic_first":
+            metrics = self._critic_step(st, batch, draws, alpha)
+            metrics.update(self._actor_step(st, batch["obs"], draws["pi"]))
+        else:
+            metrics = self._actor_step(st, batch["obs"], draws["pi"])
+            metrics.update(self._critic_step(st, batch, draws, alpha))
+        self._polyak(st["critic_target"], st["critic"])
+        dtype = self.learners[0].dtype
+        return torch.stack([metrics[k].to(dtype) for k in self.METRIC_KEYS], dim=1)

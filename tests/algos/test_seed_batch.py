@@ -1,4 +1,4 @@
-"""Seed-batched TD3+BC and IQL (issue 46): every seed of a batch is the run of that seed alone,
+"""Seed-batched BC, TD3+BC, IQL and CQL (issue 46): every seed of a batch is the run of that seed alone,
 and a diverging seed is stopped without stopping the others."""
 
 from __future__ import annotations
@@ -8,8 +8,16 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from robotrl.algos.offline.bc import BC, BCConfig
+from robotrl.algos.offline.cql import CQL, CQLConfig
 from robotrl.algos.offline.iql import IQL, IQLConfig
-from robotrl.algos.offline.seed_batch import SeedBatch, SeedBatchIQL, SeedBatchTD3BC
+from robotrl.algos.offline.seed_batch import (
+    SeedBatch,
+    SeedBatchBC,
+    SeedBatchCQL,
+    SeedBatchIQL,
+    SeedBatchTD3BC,
+)
 from robotrl.algos.offline.td3bc import TD3BC, TD3BCConfig
 from robotrl.data import Dataset, DatasetCard
 from robotrl.seeding import seed_everything
@@ -44,11 +52,16 @@ def config(**over: object) -> TD3BCConfig:
                           **over})
 
 
+KINDS: dict[type, tuple[type, type[SeedBatch]]] = {
+    TD3BCConfig: (TD3BC, SeedBatchTD3BC), IQLConfig: (IQL, SeedBatchIQL),
+    BCConfig: (BC, SeedBatchBC), CQLConfig: (CQL, SeedBatchCQL)}
+"""config class -> (learner, its seed batch)."""
+
+
 def solo(seed: int, cfg: TD3BCConfig | IQLConfig, data: Dataset,
          device: str = "cpu") -> TD3BC | IQL:
     seed_everything(seed)
-    cls = IQL if isinstance(cfg, IQLConfig) else TD3BC
-    learner = cls(5, -2 * torch.ones(2), 2 * torch.ones(2), cfg, device, seed=seed)
+    learner = KINDS[type(cfg)][0](5, -2 * torch.ones(2), 2 * torch.ones(2), cfg, device, seed=seed)
     learner.attach(data)
     return learner
 
@@ -56,15 +69,15 @@ def solo(seed: int, cfg: TD3BCConfig | IQLConfig, data: Dataset,
 def state(learner: TD3BC | IQL) -> dict[str, torch.Tensor]:
     """Every network parameter, Adam moment, step count and learning rate, and the generator
     state."""
-    batch: type[SeedBatch] = SeedBatchIQL if isinstance(learner, IQL) else SeedBatchTD3BC
+    batch = KINDS[type(learner.cfg)][1]
     out: dict[str, torch.Tensor] = {}
     for net in batch.NETS:
         for name, p in getattr(learner, net).named_parameters():
             out[f"{net}.{name}"] = p.detach().clone()
-    for net in batch.OPTIMIZED:
-        opt = getattr(learner, f"{net}_opt")
+    for net, opt in learner.optimizers.items():  # every optimizer the learner checkpoints
+        module = learner.modules[{"alpha": "temperature", "weight": "cql_weight"}.get(net, net)]
         out[f"{net}_opt.lr"] = torch.tensor(float(opt.param_groups[0]["lr"]))
-        for name, p in getattr(learner, net).named_parameters():
+        for name, p in module.named_parameters():
             for key, value in opt.state[p].items():
                 out[f"{net}_opt.{name}.{key}"] = value.detach().clone().double()
     out["generator"] = learner.generator.get_state().double()
@@ -86,7 +99,7 @@ def batch_and_alone(cfg: TD3BCConfig | IQLConfig, device: str = "cpu"
                     ) -> tuple[SeedBatch, list[TD3BC | IQL]]:
     """The batch of SEEDS and, beside it, each seed's learner alone, on the same data."""
     data = dataset()
-    cls = SeedBatchIQL if isinstance(cfg, IQLConfig) else SeedBatchTD3BC
+    cls = KINDS[type(cfg)][1]
     return (cls([solo(s, cfg, data, device) for s in SEEDS]),
             [solo(s, cfg, data, device) for s in SEEDS])
 
@@ -233,3 +246,23 @@ def test_checkpoints_are_ordinary_td3bc_checkpoints() -> None:
     batch.update()
     resumed.update()
     assert max_diff(state(batch.learners[1]), state(resumed)) < TOL
+
+
+@pytest.mark.parametrize("cfg", [
+    BCConfig(updates_per_iteration=4, batch_size=32, hidden=(16, 16)),
+    CQLConfig(updates_per_iteration=4, batch_size=32, hidden=(16, 16), num_actions=3),
+    CQLConfig(updates_per_iteration=4, batch_size=32, hidden=(16, 16), num_actions=3,
+              lagrange=True, backup_entropy=True, temperature_loss="alpha",
+              update_order="critic_first")],
+    ids=["bc", "cql", "cql-lagrange-critic-first"])
+def test_every_bc_and_cql_seed_is_its_solo_run(cfg: BCConfig | CQLConfig) -> None:
+    """BC; CQL in both update orders, fixed and Lagrange weight: two calls of 4 updates, every
+    parameter, Adam state (temperature and Lagrange weight too) and generator state of every
+    seed equals that seed alone, and so do the metrics."""
+    batch, alone = batch_and_alone(cfg)
+    for progress in (0.0, 0.4):
+        metrics = batch.update(progress)
+        solo_metrics = [learner.update(progress) for learner in alone]
+    worst = worst_difference(batch, alone, metrics, solo_metrics)
+    assert worst < TOL, worst
+    print(f"{type(batch).__name__}: max |batched - solo| = {worst:.3e}")

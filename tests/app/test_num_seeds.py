@@ -109,11 +109,12 @@ def test_a_diverging_seed_stops_alone(pendulum, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("over, message", [
-    ({"algo": "bc"},
-     r"algo=bc has none \(those that have: \['crossq', 'fasttd3', 'iql', 'ppo', 'sac', "
-     r"'td3bc'\]\)"),
+    ({"algo": "awac"},
+     r"algo=awac has none \(those that have: \['bc', 'cql', 'crossq', 'fasttd3', 'iql', 'ppo', "
+     r"'sac', 'td3bc'\]\)"),
     ({"num_seeds": 0}, "num_seeds must be >= 1, got 0"),
     ({"resume": "x.pt"}, "num_seeds > 1 does not take resume="),
+    ({"algo": "bc", "policy": {"name": "vla"}}, "num_seeds > 1 batches MLP policies; policy=vla"),
 ])
 def test_what_cannot_be_batched_is_refused(pendulum, tmp_path, over, message):
     cfg = config(pendulum, tmp_path, **{"num_seeds": 2, **over})
