@@ -75,6 +75,7 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
 for _name, _batch in (("bc", "offline.seed_batch:SeedBatchBC"),
                       ("cql", "offline.seed_batch:SeedBatchCQL"),
                       ("td3bc", "offline.seed_batch:SeedBatchTD3BC"),
+                      ("rebrac", "offline.seed_batch:SeedBatchReBRAC"),
                       ("iql", "offline.seed_batch:SeedBatchIQL"), ("sac", "seed_batch:SeedBatchSAC"),
                       ("crossq", "seed_batch:SeedBatchCrossQ"),
                       ("fasttd3", "seed_batch:SeedBatchFastTD3"),

@@ -1,4 +1,4 @@
-"""Seed-batched offline learners: S runs of BC, TD3+BC, IQL or CQL trained in one process
+"""Seed-batched offline learners: S runs of BC, TD3+BC, ReBRAC, IQL or CQL trained in one process
 (``robotrl.algos.seed_batch``: stacking, Adam, CUDA graphs, stopping a diverging seed).
 
 Each seed's learner keeps its own view of the dataset (its normalizer statistics); the batch
@@ -12,17 +12,21 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
 from robotrl.algos.offline.bc import BC
 from robotrl.algos.offline.cql import CQL
 from robotrl.algos.offline.iql import IQL
+from robotrl.algos.offline.rebrac import ReBRAC
 from robotrl.algos.offline.td3bc import TD3BC
 from robotrl.algos.seed_batch import SeedBatch, SeedStop
+from robotrl.nn.ensemble import EnsembleLayerNorm, EnsembleLinear
+from robotrl.nn.linear import ensemble_linear
 from robotrl.nn.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from robotrl.nn.target import td_target
 
 __all__ = ["OfflineSeedBatch", "SeedBatch", "SeedBatchBC", "SeedBatchCQL", "SeedBatchIQL",
-           "SeedBatchTD3BC", "SeedStop"]
+           "SeedBatchReBRAC", "SeedBatchTD3BC", "SeedStop"]
 
 
 class OfflineSeedBatch(SeedBatch):
@@ -94,6 +98,19 @@ class SeedBatchTD3BC(OfflineSeedBatch):
                         generator=g) for g in gens])
         return out
 
+    def _next_value(self, next_q: torch.Tensor, next_action: torch.Tensor,
+                    batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The bootstrap value [S, B] from the target critics' Q [S, E, B] at (s', a')."""
+        return next_q.min(1).values
+
+    def _actor_objective(self, critic: list[torch.Tensor], batch: dict[str, torch.Tensor],
+                         action: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Each seed's actor loss [S] at ``action`` = pi(s), with its metrics."""
+        q_pi = self._critic(critic, batch["obs"], action, member=0)  # [S, B]
+        lmbda = self.cfg.alpha / q_pi.abs().mean(-1).detach()
+        bc = (action - batch["action"]).square().mean((1, 2))
+        return -lmbda * q_pi.mean(-1) + bc, {"train/bc_mse": bc.detach(), "train/lambda": lmbda}
+
     def _branch(self, num_updates: int) -> Hashable:
         """Whether update ``num_updates`` steps the actor and the targets."""
         phase = 0 if self.cfg.actor_on_first_update else self.cfg.policy_freq - 1
@@ -109,13 +126,15 @@ class SeedBatchTD3BC(OfflineSeedBatch):
         idx, noise = draws["idx"], draws["noise"]
         rows = table[torch.arange(s, device=dev)[:, None], idx]  # [S, B, W]
         batch = lr0.data.unpack(rows)
+        if "next_actions" in st:  # ReBRAC's a'_data
+            batch["next_action"] = st["next_actions"][torch.arange(s, device=dev)[:, None], idx]
         with torch.no_grad():
             mean = torch.tanh(self._mlp(st["actor_target"], batch["next_obs"]))
             noise = (noise * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
             next_action = (mean + noise).clamp(-1.0, 1.0)
             next_q = self._critic(st["critic_target"], batch["next_obs"], next_action)
-            target = td_target(batch["reward"], batch["terminated"], next_q.min(1).values,
-                               cfg.gamma)
+            target = td_target(batch["reward"], batch["terminated"],
+                               self._next_value(next_q, next_action, batch), cfg.gamma)
         q = self._critic(st["critic"], batch["obs"], batch["action"])  # [S, E, B]
         critic_loss = (q - target[:, None]).square().mean(-1).sum(-1)  # [S]
         nan = torch.full((s,), math.nan, device=dev, dtype=dtype)
@@ -127,13 +146,10 @@ class SeedBatchTD3BC(OfflineSeedBatch):
                 self._polyak(st["actor_target"], st["actor"])
             action = torch.tanh(self._mlp(st["actor"], batch["obs"]))
             critic = [p.detach() for p in st["critic"]]  # the actor's backward skips them
-            q_pi = self._critic(critic, batch["obs"], action, member=0)  # [S, B]
-            lmbda = cfg.alpha / q_pi.abs().mean(-1).detach()
-            bc = (action - batch["action"]).square().mean((1, 2))
-            actor_loss = -lmbda * q_pi.mean(-1) + bc
+            actor_loss, actor_metrics = self._actor_objective(critic, batch, action)
             metrics.update({"loss/actor": actor_loss.detach(),
                             "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
-                            "train/bc_mse": bc.detach(), "train/lambda": lmbda})
+                            **actor_metrics})
             if not cfg.lagged_actor_target:
                 self._polyak(st["actor_target"], st["actor"])
             self._polyak(st["critic_target"], st["critic"])
@@ -361,3 +377,60 @@ class SeedBatchCQL(OfflineSeedBatch):
         self._polyak(st["critic_target"], st["critic"])
         dtype = self.learners[0].dtype
         return torch.stack([metrics[k].to(dtype) for k in self.METRIC_KEYS], dim=1)
+
+
+class SeedBatchReBRAC(SeedBatchTD3BC):
+    """S ``ReBRAC`` learners trained as one: TD3+BC's batch with LayerNorm critics, the
+    bootstrap penalized by ||a' - a'_data||^2 and ReBRAC's actor objective, each seed's BC
+    coefficients its own (resolved from the dataset's card at attach)."""
+
+    LEARNER = ReBRAC
+
+    def _data(self, seeds: list[int], st: dict[str, Any]) -> None:
+        super()._data(seeds, st)
+        ls = [self.learners[i] for i in seeds]
+        key = tuple(id(lr.next_actions) for lr in ls)
+        if getattr(self, "_next", (None,))[0] != key:
+            self._next = (key, torch.stack([lr.next_actions for lr in ls]))
+        st["next_actions"] = self._next[1]
+        st["bc"] = (torch.tensor([lr.actor_bc for lr in ls], dtype=ls[0].dtype,
+                                 device=self.device),
+                    torch.tensor([lr.critic_bc for lr in ls], dtype=ls[0].dtype,
+                                 device=self.device))
+        self._bc = st["bc"]
+
+    def _critic(self, params: list[torch.Tensor], obs: torch.Tensor, action: torch.Tensor,
+                member: int | None = None) -> torch.Tensor:
+        """The S ensembles with LayerNorm after every hidden activation (``EnsembleQ`` with
+        ``layer_norm``): Q [S, E, B]."""
+        x = torch.cat([obs, action], dim=-1)
+        s, e = x.shape[0], self.cfg.num_critics
+        x = x[:, None].expand(s, e, *x.shape[1:]).reshape(s * e, *x.shape[1:])
+        it = iter(params)
+        for layer in self.learners[0].critic.net:
+            if isinstance(layer, EnsembleLinear):
+                w, b = next(it), next(it)
+                x = ensemble_linear(x, w.reshape(s * e, *w.shape[2:]),
+                                    b.reshape(s * e, *b.shape[2:]))
+            elif isinstance(layer, EnsembleLayerNorm):
+                w, b = next(it), next(it)
+                normed = nn.functional.layer_norm(x, x.shape[-1:], eps=layer.eps)
+                x = torch.addcmul(b.reshape(s * e, *b.shape[2:]), normed,
+                                  w.reshape(s * e, *w.shape[2:]))
+            else:
+                x = layer(x)
+        return x.reshape(s, e, -1)
+
+    def _next_value(self, next_q: torch.Tensor, next_action: torch.Tensor,
+                    batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        penalty = (next_action - batch["next_action"]).square().sum(-1)  # [S, B]
+        return next_q.min(1).values - self._bc[1][:, None] * penalty
+
+    def _actor_objective(self, critic: list[torch.Tensor], batch: dict[str, torch.Tensor],
+                         action: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        q = self._critic(critic, batch["obs"], action).min(1).values  # [S, B]
+        lmbda = (1.0 / q.abs().mean(-1).detach() if self.cfg.normalize_q
+                 else torch.ones_like(q[:, 0]))
+        bc = (action - batch["action"]).square().sum(-1)  # [S, B]
+        loss = (self._bc[0][:, None] * bc - lmbda[:, None] * q).mean(-1)
+        return loss, {"train/bc_mse": bc.detach().mean(-1), "train/lambda": lmbda}

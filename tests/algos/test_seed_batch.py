@@ -1,4 +1,4 @@
-"""Seed-batched BC, TD3+BC, IQL and CQL (issue 46): every seed of a batch is the run of that seed alone,
+"""Seed-batched BC, TD3+BC, ReBRAC, IQL and CQL (issue 46): every seed of a batch is the run of that seed alone,
 and a diverging seed is stopped without stopping the others."""
 
 from __future__ import annotations
@@ -11,11 +11,13 @@ import torch
 from robotrl.algos.offline.bc import BC, BCConfig
 from robotrl.algos.offline.cql import CQL, CQLConfig
 from robotrl.algos.offline.iql import IQL, IQLConfig
+from robotrl.algos.offline.rebrac import ReBRAC, ReBRACConfig
 from robotrl.algos.offline.seed_batch import (
     SeedBatch,
     SeedBatchBC,
     SeedBatchCQL,
     SeedBatchIQL,
+    SeedBatchReBRAC,
     SeedBatchTD3BC,
 )
 from robotrl.algos.offline.td3bc import TD3BC, TD3BCConfig
@@ -54,7 +56,8 @@ def config(**over: object) -> TD3BCConfig:
 
 KINDS: dict[type, tuple[type, type[SeedBatch]]] = {
     TD3BCConfig: (TD3BC, SeedBatchTD3BC), IQLConfig: (IQL, SeedBatchIQL),
-    BCConfig: (BC, SeedBatchBC), CQLConfig: (CQL, SeedBatchCQL)}
+    BCConfig: (BC, SeedBatchBC), CQLConfig: (CQL, SeedBatchCQL),
+    ReBRACConfig: (ReBRAC, SeedBatchReBRAC)}
 """config class -> (learner, its seed batch)."""
 
 
@@ -253,12 +256,17 @@ def test_checkpoints_are_ordinary_td3bc_checkpoints() -> None:
     CQLConfig(updates_per_iteration=4, batch_size=32, hidden=(16, 16), num_actions=3),
     CQLConfig(updates_per_iteration=4, batch_size=32, hidden=(16, 16), num_actions=3,
               lagrange=True, backup_entropy=True, temperature_loss="alpha",
-              update_order="critic_first")],
-    ids=["bc", "cql", "cql-lagrange-critic-first"])
-def test_every_bc_and_cql_seed_is_its_solo_run(cfg: BCConfig | CQLConfig) -> None:
-    """BC; CQL in both update orders, fixed and Lagrange weight: two calls of 4 updates, every
-    parameter, Adam state (temperature and Lagrange weight too) and generator state of every
-    seed equals that seed alone, and so do the metrics."""
+              update_order="critic_first"),
+    ReBRACConfig(updates_per_iteration=4, batch_size=32, hidden=(16, 16)),
+    ReBRACConfig(updates_per_iteration=4, batch_size=32, hidden=(16, 16), actor_bc_coef=0.3,
+                 critic_bc_coef=0.2, normalize_q=False, lagged_actor_target=True,
+                 actor_on_first_update=True, drop_truncated=True, edac_init=True)],
+    ids=["bc", "cql", "cql-lagrange-critic-first", "rebrac", "rebrac-authors"])
+def test_every_bc_cql_and_rebrac_seed_is_its_solo_run(cfg: BCConfig | CQLConfig) -> None:
+    """BC; CQL in both update orders, fixed and Lagrange weight; ReBRAC (its LayerNorm
+    critics, penalized bootstrap and actor objective, with the authors' switches): two calls of
+    4 updates, every parameter, Adam state (temperature and Lagrange weight too) and generator
+    state of every seed equals that seed alone, and so do the metrics."""
     batch, alone = batch_and_alone(cfg)
     for progress in (0.0, 0.4):
         metrics = batch.update(progress)
