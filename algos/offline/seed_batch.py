@@ -1,4 +1,4 @@
-"""Seed-batched offline learners: S runs of BC, TD3+BC, ReBRAC, IQL or CQL trained in one process
+"""Seed-batched offline learners: S runs of BC, TD3+BC, ReBRAC, IQL, CQL or AWAC in one process
 (``robotrl.algos.seed_batch``: stacking, Adam, CUDA graphs, stopping a diverging seed).
 
 Each seed's learner keeps its own view of the dataset (its normalizer statistics); the batch
@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from robotrl.algos.offline.awac import AWAC
 from robotrl.algos.offline.bc import BC
 from robotrl.algos.offline.cql import CQL
 from robotrl.algos.offline.iql import IQL
@@ -25,8 +26,8 @@ from robotrl.nn.linear import ensemble_linear
 from robotrl.nn.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from robotrl.nn.target import td_target
 
-__all__ = ["OfflineSeedBatch", "SeedBatch", "SeedBatchBC", "SeedBatchCQL", "SeedBatchIQL",
-           "SeedBatchReBRAC", "SeedBatchTD3BC", "SeedStop"]
+__all__ = ["OfflineSeedBatch", "SeedBatch", "SeedBatchAWAC", "SeedBatchBC", "SeedBatchCQL",
+           "SeedBatchIQL", "SeedBatchReBRAC", "SeedBatchTD3BC", "SeedStop"]
 
 
 class OfflineSeedBatch(SeedBatch):
@@ -70,6 +71,28 @@ class OfflineSeedBatch(SeedBatch):
             self._tables = (key, torch.stack([self.learners[i].data.table for i in seeds]))
         st["table"] = self._tables[1]
         st["rows"] = st["table"].shape[1]
+
+
+    def _log_std(self, params: list[torch.Tensor]) -> torch.Tensor:
+        """``GaussianActor.current_log_std`` of S actors (``parameters()`` order: its own
+        log_std [S, A] first, then the net's): [S, A]."""
+        low, high = self.cfg.log_std_range
+        raw = params[0]
+        return (low + torch.sigmoid(raw) * (high - low) if self.cfg.sigmoid_log_std
+                else raw.clamp(low, high))
+
+    def _log_prob(self, params: list[torch.Tensor], obs: torch.Tensor,
+                  action: torch.Tensor) -> torch.Tensor:
+        """``GaussianActor.log_prob`` of S actors: [S, B]."""
+        log_std = self._log_std(params)[:, None, :]
+        z = (action - torch.tanh(self._mlp(params[1:], obs))) / log_std.exp()
+        return (-0.5 * z.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def _batch(self, st: dict[str, Any], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each seed's rows ``idx`` [S, B] of its own table, unpacked: fields [S, B, ...]."""
+        table = st["table"]
+        rows = table[torch.arange(table.shape[0], device=table.device)[:, None], idx]
+        return self.learners[0].data.unpack(rows)
 
 
 class SeedBatchTD3BC(OfflineSeedBatch):
@@ -172,17 +195,6 @@ class SeedBatchIQL(OfflineSeedBatch):
         for i in self.active:
             self.learners[i].set_actor_lr(progress)
         return super().update(progress)
-
-    def _log_prob(self, params: list[torch.Tensor], obs: torch.Tensor,
-                  action: torch.Tensor) -> torch.Tensor:
-        """``GaussianActor.log_prob`` of S actors (``parameters()`` order: its own log_std
-        [S, A] first, then the net's): [S, B]."""
-        low, high = self.cfg.log_std_range
-        raw = params[0]
-        log_std = (low + torch.sigmoid(raw) * (high - low) if self.cfg.sigmoid_log_std
-                   else raw.clamp(low, high))[:, None, :]
-        z = (action - torch.tanh(self._mlp(params[1:], obs))) / log_std.exp()
-        return (-0.5 * z.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
 
     def _critic_step(self, st: dict[str, Any], batch: dict[str, torch.Tensor]
                      ) -> dict[str, torch.Tensor]:
@@ -434,3 +446,67 @@ class SeedBatchReBRAC(SeedBatchTD3BC):
         bc = (action - batch["action"]).square().sum(-1)  # [S, B]
         loss = (self._bc[0][:, None] * bc - lmbda[:, None] * q).mean(-1)
         return loss, {"train/bc_mse": bc.detach().mean(-1), "train/lambda": lmbda}
+
+
+class SeedBatchAWAC(OfflineSeedBatch):
+    """S ``AWAC`` learners trained as one (``AWAC._update_once``, stacked): each seed's
+    bootstrap and V(s) samples from its own generator, its advantage weights (clipped exp or
+    batch softmax) over its own batch."""
+
+    LEARNER = AWAC
+    NETS = ("actor", "critic", "critic_target")
+    OPTIMIZED = ("actor", "critic")
+    METRIC_KEYS = AWAC.METRIC_KEYS
+    CHECKED = ("loss/critic", "train/grad_norm/critic", "loss/actor", "train/grad_norm/actor")
+
+    def _draws(self, st: dict[str, Any], gens: list[torch.Generator],
+               num_updates: int) -> dict[str, torch.Tensor]:
+        """Rows, the bootstrap's noise, then the noise of the action that estimates V(s)."""
+        lr0 = self.learners[0]
+        shape = (self.cfg.batch_size, lr0.act_dim)
+        draws = super()._draws(st, gens, num_updates)
+        noise = [[torch.randn(shape, generator=g, device=self.device, dtype=lr0.dtype)
+                  for _ in range(2)] for g in gens]
+        return {**draws, "next": torch.stack([n[0] for n in noise]),
+                "pi": torch.stack([n[1] for n in noise])}
+
+    def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
+                     num_updates: int) -> torch.Tensor:
+        cfg, actor = self.cfg, st["actor"]
+        batch = self._batch(st, draws["idx"])
+        obs, action, next_obs = batch["obs"], batch["action"], batch["next_obs"]
+        log_std = self._log_std(actor)[:, None, :]  # [S, 1, A]
+        with torch.no_grad():
+            mu = self._mlp(actor[1:], next_obs)
+            if cfg.backup == "squashed_entropy":
+                log_std_b = log_std.expand_as(mu)
+                u = mu + log_std_b.exp() * draws["next"]
+                next_q = self._critic(st["critic_target"], next_obs, torch.tanh(u))
+                next_v = next_q.min(1).values - squashed_log_prob(draws["next"], log_std_b, u)
+            else:
+                next_action = (torch.tanh(mu) + log_std.exp() * draws["next"]).clamp(-1.0, 1.0)
+                next_v = self._critic(st["critic_target"], next_obs, next_action).min(1).values
+            target = td_target(batch["reward"], batch["terminated"], next_v, cfg.gamma)
+        q = self._critic(st["critic"], obs, action)  # [S, E, B]
+        critic_loss = (q - target[:, None]).square().mean(-1).sum(-1)
+        metrics = {"loss/critic": critic_loss.detach(),
+                   "train/grad_norm/critic": self._step(st, "critic", critic_loss.sum()),
+                   "train/q": q.detach().mean((1, 2))}
+        with torch.no_grad():  # one sampled action estimates V(s)
+            pi_action = (torch.tanh(self._mlp(actor[1:], obs)) + log_std.exp() * draws["pi"]
+                         ).clamp(-1.0, 1.0)
+            advantage = (self._critic(st["critic"], obs, action).min(1).values
+                         - self._critic(st["critic"], obs, pi_action).min(1).values)
+        log_prob = self._log_prob(actor, obs, action)  # [S, B]
+        if cfg.advantage_weights == "batch_softmax":
+            weight = torch.softmax(advantage / cfg.temperature, dim=-1) * advantage.shape[-1]
+            actor_loss = -(log_prob * weight).sum(-1)
+        else:
+            weight = torch.exp(advantage / cfg.temperature).clamp(max=cfg.max_weight)
+            actor_loss = -(weight * log_prob).mean(-1)
+        metrics.update({"loss/actor": actor_loss.detach(),
+                        "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
+                        "train/weight": weight.mean(-1)})
+        self._polyak(st["critic_target"], st["critic"])
+        dtype = self.learners[0].dtype
+        return torch.stack([metrics[k].to(dtype) for k in self.METRIC_KEYS], dim=1)

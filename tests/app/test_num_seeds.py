@@ -109,9 +109,9 @@ def test_a_diverging_seed_stops_alone(pendulum, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("over, message", [
-    ({"algo": "awac"},
-     r"algo=awac has none \(those that have: \['bc', 'cql', 'crossq', 'fasttd3', 'iql', 'ppo', "
-     r"'rebrac', 'sac', 'td3bc'\]\)"),
+    ({"algo": "td3bc_mcep"},
+     r"algo=td3bc_mcep has none \(those that have: \['awac', 'bc', 'cql', 'crossq', 'fasttd3', "
+     r"'iql', 'ppo', 'rebrac', 'sac', 'td3bc'\]\)"),
     ({"num_seeds": 0}, "num_seeds must be >= 1, got 0"),
     ({"resume": "x.pt"}, "num_seeds > 1 does not take resume="),
     ({"algo": "bc", "policy": {"name": "vla"}}, "num_seeds > 1 batches MLP policies; policy=vla"),
