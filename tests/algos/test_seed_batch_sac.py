@@ -123,8 +123,8 @@ def run(cfg: SACConfig | FastTD3Config, calls: int, poison: tuple[int, int] | No
     """A batch of SEEDS and each seed alone, ``calls`` iterations of 8 steps then an update
     call; ``poison`` = (seed position, call): a NaN critic weight of that seed before that
     call's update (in the batch only)."""
-    batch = kind(cfg)[2]([learner(s, cfg, device) for s in SEEDS])
-    assert batch.cuda_graphs == (device == "cuda")
+    batch = kind(cfg)[2]([learner(s, cfg, device) for s in SEEDS],
+                         cuda_graphs=device == "cuda")
     alone = [learner(s, cfg, device) for s in SEEDS]
     data = [torch.Generator().manual_seed(100 + s) for s in SEEDS]
     history = []
@@ -168,13 +168,17 @@ def test_every_seed_is_its_solo_run(cfg: SACConfig | FastTD3Config) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_graphs_replay_each_sac_seed_alone() -> None:
-    """On a GPU (CUDA graphs: each kind of update twice eagerly, then recorded and replayed),
-    with the delayed actor: every seed is still its SAC alone, in float64."""
-    batch, alone, _ = run(config(actor_update_interval=2), calls=4, device="cuda")
+@pytest.mark.parametrize("cfg", [config(actor_update_interval=2), crossq_config(),
+                                 td3_config()], ids=["sac", "crossq", "fasttd3"])
+def test_cuda_graphs_replay_each_online_seed_alone(cfg: SACConfig | FastTD3Config) -> None:
+    """On a GPU (CUDA graphs: each kind of update twice eagerly, then recorded and replayed;
+    CrossQ's kinds include the renormalization's warm-up): every seed is still its learner
+    alone, in float64. Not yet run on a GPU: until it passes there, these batches default to
+    eager kernels (``GRAPHS_CHECKED``)."""
+    batch, alone, _ = run(cfg, calls=4, device="cuda")
     worst = max(max_diff(state(b), state(a)) for b, a in zip(batch.learners, alone, strict=True))
     assert worst < TOL, worst
-    print(f"SAC with CUDA graphs: max |batched - solo| = {worst:.3e}")
+    print(f"{type(batch).__name__} with CUDA graphs: max |batched - solo| = {worst:.3e}")
 
 
 def test_a_diverging_sac_seed_is_stopped_alone() -> None:
