@@ -3,7 +3,7 @@ the pure-torch toy environment the learners' learning checks run on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,18 @@ def small_config(run_dir: Path, name: str = "ppo", algo: dict[str, Any] | None =
         **over,
     }
     return from_dict(TrainConfig, data)
+
+
+@pytest.fixture
+def float64_one_thread() -> Iterator[None]:
+    """float64 as the default dtype and one torch thread for a test (equivalence tests that
+    hold a batched computation to its separate runs within 1e-10), restored after it."""
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
+    yield
+    torch.set_default_dtype(dtype)
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

@@ -258,10 +258,7 @@ class SeedBatchBC(OfflineSeedBatch):
 
     def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
                      num_updates: int) -> torch.Tensor:
-        table = st["table"]
-        s, dev = table.shape[0], table.device
-        batch = self.learners[0].data.unpack(table[torch.arange(s, device=dev)[:, None],
-                                                   draws["idx"]])
+        batch = self._batch(st, draws["idx"])
         action = torch.tanh(self._mlp(st["actor"], batch["obs"]))
         loss = (action - batch["action"]).square().mean((1, 2))  # [S]
         norm = self._step(st, "actor", loss.sum())
@@ -379,10 +376,7 @@ class SeedBatchCQL(OfflineSeedBatch):
 
     def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
                      num_updates: int) -> torch.Tensor:
-        table = st["table"]
-        s, dev = table.shape[0], table.device
-        batch = self.learners[0].data.unpack(table[torch.arange(s, device=dev)[:, None],
-                                                   draws["idx"]])
+        batch = self._batch(st, draws["idx"])
         alpha = st["temperature"][0].detach().exp()  # the bootstrap's alpha in both orders
         if self.cfg.update_order == "critic_first":
             metrics = self._critic_step(st, batch, draws, alpha)

@@ -3,8 +3,6 @@ and a diverging seed is stopped without stopping the others."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -30,14 +28,7 @@ SEEDS = (3, 7, 11)
 TOL = 1e-10
 
 
-@pytest.fixture(autouse=True)
-def float64_one_thread() -> Iterator[None]:
-    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
-    torch.set_default_dtype(torch.float64)
-    torch.set_num_threads(1)
-    yield
-    torch.set_default_dtype(dtype)
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("float64_one_thread")
 
 
 def dataset(n: int = 400) -> Dataset:
@@ -125,6 +116,15 @@ def worst_difference(batch: SeedBatch, alone: list[TD3BC | IQL],
     return worst
 
 
+def two_calls(batch: SeedBatch, alone: list[TD3BC | IQL]) -> float:
+    """Two update calls of the batch and of each seed alone, at progress 0 and 0.4 (IQL's
+    cosine actor rate moves between them); ``worst_difference`` after them."""
+    for progress in (0.0, 0.4):
+        metrics = batch.update(progress)
+        solo_metrics = [learner.update(progress) for learner in alone]
+    return worst_difference(batch, alone, metrics, solo_metrics)
+
+
 @pytest.mark.parametrize("over", [{}, {"actor_on_first_update": True,
                                        "lagged_actor_target": True, "policy_freq": 3}])
 def test_every_seed_is_its_solo_run(over: dict[str, object]) -> None:
@@ -188,10 +188,7 @@ def test_every_iql_seed_is_its_solo_run(over: dict[str, object]) -> None:
     parameter, Adam moment, learning rate and generator state of every seed equals that seed
     alone, and so do the metrics, in both update orders."""
     batch, alone = batch_and_alone(iql_config(**over))
-    for progress in (0.0, 0.4):
-        metrics = batch.update(progress)
-        solo_metrics = [learner.update(progress) for learner in alone]
-    worst = worst_difference(batch, alone, metrics, solo_metrics)
+    worst = two_calls(batch, alone)
     assert worst < TOL, worst
     print(f"IQL: max |batched - solo| = {worst:.3e}")
 
@@ -235,10 +232,7 @@ def test_cuda_graphs_replay_each_seed_alone(cfg: TD3BCConfig | IQLConfig) -> Non
     others not yet run on a GPU."""
     batch, alone = batch_and_alone(cfg, "cuda", cuda_graphs=True)
     assert batch.cuda_graphs
-    for progress in (0.0, 0.4):
-        metrics = batch.update(progress)
-        solo_metrics = [learner.update(progress) for learner in alone]
-    worst = worst_difference(batch, alone, metrics, solo_metrics)
+    worst = two_calls(batch, alone)
     assert worst < TOL, worst
     print(f"{type(batch).__name__} with CUDA graphs: max |batched - solo| = {worst:.3e}")
 
@@ -289,9 +283,6 @@ def test_every_other_offline_seed_is_its_solo_run(cfg: BCConfig | CQLConfig) -> 
     4 updates, every parameter, Adam state (temperature and Lagrange weight too) and generator
     state of every seed equals that seed alone, and so do the metrics."""
     batch, alone = batch_and_alone(cfg)
-    for progress in (0.0, 0.4):
-        metrics = batch.update(progress)
-        solo_metrics = [learner.update(progress) for learner in alone]
-    worst = worst_difference(batch, alone, metrics, solo_metrics)
+    worst = two_calls(batch, alone)
     assert worst < TOL, worst
     print(f"{type(batch).__name__}: max |batched - solo| = {worst:.3e}")

@@ -4,8 +4,6 @@ learning rate its own), in float64; a diverging seed is stopped without stopping
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -18,14 +16,7 @@ OBS, ACT, WORLDS, STEPS = 5, 2, 4, 16
 TOL = 1e-10
 
 
-@pytest.fixture(autouse=True)
-def float64_one_thread() -> Iterator[None]:
-    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
-    torch.set_default_dtype(torch.float64)
-    torch.set_num_threads(1)
-    yield
-    torch.set_default_dtype(dtype)
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("float64_one_thread")
 
 
 def config(**over: object) -> PPOConfig:

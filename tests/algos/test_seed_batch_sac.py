@@ -3,8 +3,6 @@ update for update, in float64; a diverging seed is stopped without stopping the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -24,14 +22,7 @@ OBS, ACT, WORLDS = 5, 2, 4
 TOL = 1e-10
 
 
-@pytest.fixture(autouse=True)
-def float64_one_thread() -> Iterator[None]:
-    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
-    torch.set_default_dtype(torch.float64)
-    torch.set_num_threads(1)
-    yield
-    torch.set_default_dtype(dtype)
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("float64_one_thread")
 
 
 SMALL = {"batch_size": 16, "learning_starts": 40, "buffer_size": 500, "actor_hidden": (16, 16),
