@@ -125,8 +125,10 @@ def test_a_changed_config_is_not_passed_off_as_the_cell(pendulum, tmp_path, caps
 
 def test_batch_seeds_trains_a_cells_seeds_in_one_process(pendulum, tmp_path, capsys):
     """``batch_seeds: true``: TD3+BC's seeds run as one num_seeds job into their own cell
-    directories (equal to the cells run one by one); BC, without a batched learner, per cell."""
-    grid_path = write_grid(tmp_path, pendulum, batch_seeds=True, ope_updates=0, budgets=[100])
+    directories (equal to the cells run one by one); TD3+BC-MCEP, without a batched learner,
+    per cell."""
+    grid_path = write_grid(tmp_path, pendulum, batch_seeds=True, ope_updates=0, budgets=[100],
+                           algos=["td3bc_mcep", "td3bc"])
     bench_main(["run", str(grid_path), "figures=false"])
     said = capsys.readouterr()
     assert said.err.count("(batched)") + said.out.count("(batched)") == 2
