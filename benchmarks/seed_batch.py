@@ -1,11 +1,12 @@
-"""Seed-batched TD3+BC and IQL (``robotrl.algos.offline.seed_batch``) against separate processes.
+"""Seed-batched learners (``robotrl.algos.seed_batch``) against separate processes.
 
     python benchmarks/seed_batch.py                      # TD3+BC, S=5, 500 updates per seed
     python benchmarks/seed_batch.py --algo iql --seeds 5 --updates 1000 --repeats 5
+    python benchmarks/seed_batch.py --algo sac           # bc, cql, rebrac, awac, crossq, fasttd3
 
-The same work both ways: S seeds of the learner with its default sizes (256x256 networks, batch
-256) on a synthetic dataset with Hopper's shapes (obs 11, act 3, 100k rows; no files), each
-seed ``--updates`` gradient updates:
+The same work both ways: S seeds of the learner with its default sizes on a synthetic dataset
+with Hopper's shapes (obs 11, act 3, 100k rows; no files; the off-policy learners' replays hold
+its rows), each seed ``--updates`` gradient updates:
 
 * ``separate``: S single-seed processes (one torch thread each), ``--parallel`` (2: the cores
   here) at a time;
@@ -60,27 +61,68 @@ def synthetic(rows: int, obs_dim: int, act_dim: int) -> Any:
                    torch.arange(0, rows, 1000), DatasetCard(task="", kind="medium"))
 
 
-def worker(args: argparse.Namespace) -> None:
-    """One measured process: a single seed (``--seed``) or the batch of ``--seeds``."""
+ONLINE = ("sac", "crossq", "fasttd3")
+"""Replay learners: their replays filled with the synthetic rows, updates owed instead of an
+update count per call."""
+
+
+def build(args: argparse.Namespace, seeds: list[int], device: Any = "cpu",
+          cuda_graphs: bool | None = None) -> Any:
+    """The learner of ``seeds[0]`` alone (one seed) or the batch of ``seeds``, on the synthetic
+    data, ``WARMUP`` updates owed."""
     import torch
 
     from robotrl.registry import algorithm, resolve
     from robotrl.seeding import seed_everything
 
-    torch.set_num_threads(args.threads)
     data = synthetic(args.rows, args.obs_dim, args.act_dim)
     low, high = -torch.ones(args.act_dim), torch.ones(args.act_dim)
     entry = algorithm(args.algo)
-    cfg = entry.config_class()(updates_per_iteration=WARMUP)
-    if args.worker == "solo":
-        seed_everything(args.seed)
-        learner: Any = entry.learner_class()(args.obs_dim, low, high, cfg, seed=args.seed)
-    else:
-        learner = resolve(entry.seed_batch).create(args.obs_dim, low, high, cfg,
-                                                   range(args.seeds))
-    learner.attach(data)
+    if args.algo not in ONLINE:
+        cfg = entry.config_class()(updates_per_iteration=WARMUP)
+        if len(seeds) == 1:
+            seed_everything(seeds[0])
+            learner: Any = entry.learner_class()(args.obs_dim, low, high, cfg, device,
+                                                 seed=seeds[0])
+        else:
+            learner = resolve(entry.seed_batch).create(args.obs_dim, low, high, cfg, seeds,
+                                                       device, cuda_graphs=cuda_graphs)
+        learner.attach(data)
+        return learner
+    cfg = entry.config_class()()
+    learners = []
+    for seed in seeds:
+        seed_everything(seed)
+        one = entry.learner_class()(args.obs_dim, low, high, 1, cfg, device, seed=seed)
+        n = len(data)
+        one.buffer.add(data.observations, data.actions.clamp(-0.99, 0.99), data.rewards,
+                       data.next_observations, data.terminations, data.truncations)
+        one.transitions = n
+        learners.append(one)
+    learner = learners[0] if len(seeds) == 1 else resolve(entry.seed_batch)(learners,
+                                                                           cuda_graphs)
+    owe(learner, WARMUP)
+    return learner
+
+
+def owe(learner: Any, updates: int) -> None:
+    """Make the next ``update`` call run ``updates`` updates of every seed."""
+    for one in getattr(learner, "learners", [learner]):
+        if hasattr(one, "owed_updates"):
+            one.owed_updates = float(updates)
+        else:
+            one.cfg.updates_per_iteration = updates
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One measured process: a single seed (``--seed``) or the batch of ``--seeds``."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    seeds = [args.seed] if args.worker == "solo" else list(range(args.seeds))
+    learner = build(args, seeds)
     learner.update()
-    cfg.updates_per_iteration = args.updates
+    owe(learner, args.updates)
     t0 = time.perf_counter()
     learner.update()
     print(json.dumps({"loop_s": time.perf_counter() - t0}))
@@ -90,24 +132,13 @@ def gpu(args: argparse.Namespace) -> dict[str, Any]:
     """In-process timings on a CUDA device (see the module docstring)."""
     import torch
 
-    from robotrl.registry import algorithm, resolve
-    from robotrl.seeding import seed_everything
-
     dev = torch.device(args.device)
-    data = synthetic(args.rows, args.obs_dim, args.act_dim)
-    low, high = -torch.ones(args.act_dim), torch.ones(args.act_dim)
-    entry = algorithm(args.algo)
 
-    def build(kind: str) -> Any:
-        cfg = entry.config_class()(updates_per_iteration=1000)
-        if kind == "solo":
-            seed_everything(0)
-            learner = entry.learner_class()(args.obs_dim, low, high, cfg, dev, seed=0)
-        else:
-            learner = resolve(entry.seed_batch).create(
-                args.obs_dim, low, high, cfg, range(args.seeds), dev,
-                cuda_graphs=kind != "batched_eager" and dev.type == "cuda")
-        learner.attach(data)
+    def build_kind(kind: str) -> Any:
+        seeds = [0] if kind == "solo" else list(range(args.seeds))
+        learner = build(args, seeds, dev,
+                        cuda_graphs=kind != "batched_eager" and dev.type == "cuda")
+        owe(learner, 1000)
         return learner
 
     def sync() -> None:  # (--device cpu:0 runs the same timings on the CPU, graphs off)
@@ -119,9 +150,9 @@ def gpu(args: argparse.Namespace) -> dict[str, Any]:
     for r in range(args.repeats):
         for kind in kinds:
             torch.backends.cuda.matmul.allow_tf32 = kind.endswith("tf32")
-            learner = build(kind)
+            learner = build_kind(kind)
             learner.update()  # warm-up: allocations, cuBLAS handles, the first graph records
-            learner.cfg.updates_per_iteration = args.updates
+            owe(learner, args.updates)
             sync()
             t0 = time.perf_counter()
             learner.update()
@@ -207,7 +238,8 @@ def batched(args: argparse.Namespace, threads: int,
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--algo", choices=("td3bc", "iql"), default="td3bc")
+    p.add_argument("--algo", choices=("td3bc", "iql", "bc", "cql", "rebrac", "awac", *ONLINE),
+                   default="td3bc")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--updates", type=int, default=500, help="gradient updates per seed")
     p.add_argument("--repeats", type=int, default=3)
