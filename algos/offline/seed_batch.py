@@ -1,5 +1,6 @@
-"""Seed-batched offline learners: S runs of BC, TD3+BC, ReBRAC, IQL, CQL or AWAC in one process
-(``robotrl.algos.seed_batch``: stacking, Adam, CUDA graphs, stopping a diverging seed).
+"""Seed-batched offline learners: S runs of any offline learner (BC, TD3+BC, ReBRAC, IQL, CQL,
+AWAC, the MCEP variants) in one process (``robotrl.algos.seed_batch``: stacking, Adam, CUDA
+graphs, stopping a diverging seed).
 
 Each seed's learner keeps its own view of the dataset (its normalizer statistics); the batch
 reads the S packed tables stacked [S, rows, width], each seed's rows drawn by its own generator.
@@ -18,6 +19,7 @@ from robotrl.algos.offline.awac import AWAC
 from robotrl.algos.offline.bc import BC
 from robotrl.algos.offline.cql import CQL
 from robotrl.algos.offline.iql import IQL
+from robotrl.algos.offline.mcep import AWACMCEP, TD3BCMCEP
 from robotrl.algos.offline.rebrac import ReBRAC
 from robotrl.algos.offline.td3bc import TD3BC
 from robotrl.algos.seed_batch import SeedBatch, SeedStop
@@ -26,8 +28,9 @@ from robotrl.nn.linear import ensemble_linear
 from robotrl.nn.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from robotrl.nn.target import td_target
 
-__all__ = ["OfflineSeedBatch", "SeedBatch", "SeedBatchAWAC", "SeedBatchBC", "SeedBatchCQL",
-           "SeedBatchIQL", "SeedBatchReBRAC", "SeedBatchTD3BC", "SeedStop"]
+__all__ = ["OfflineSeedBatch", "SeedBatch", "SeedBatchAWAC", "SeedBatchAWACMCEP", "SeedBatchBC",
+           "SeedBatchCQL", "SeedBatchIQL", "SeedBatchReBRAC", "SeedBatchTD3BC", "SeedBatchTD3BCMCEP",
+           "SeedStop"]
 
 
 class OfflineSeedBatch(SeedBatch):
@@ -136,6 +139,11 @@ class SeedBatchTD3BC(OfflineSeedBatch):
         bc = (action - batch["action"]).square().mean((1, 2))
         return -lmbda * q_pi.mean(-1) + bc, {"train/bc_mse": bc.detach(), "train/lambda": lmbda}
 
+    def _after_actor(self, st: dict[str, Any], critic: list[torch.Tensor],
+                     batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What an actor update does after the actor's step (MCEP: the evaluation policy's)."""
+        return {}
+
     def _branch(self, num_updates: int) -> Hashable:
         """Whether update ``num_updates`` steps the actor and the targets."""
         phase = 0 if self.cfg.actor_on_first_update else self.cfg.policy_freq - 1
@@ -175,6 +183,7 @@ class SeedBatchTD3BC(OfflineSeedBatch):
             metrics.update({"loss/actor": actor_loss.detach(),
                             "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
                             **actor_metrics})
+            metrics.update(self._after_actor(st, critic, batch))
             if not cfg.lagged_actor_target:
                 self._polyak(st["actor_target"], st["actor"])
             self._polyak(st["critic_target"], st["critic"])
@@ -507,5 +516,69 @@ class SeedBatchAWAC(OfflineSeedBatch):
                         "train/grad_norm/actor": self._step(st, "actor", actor_loss.sum()),
                         "train/weight": weight.mean(-1)})
         self._polyak(st["critic_target"], st["critic"])
+        metrics.update(self._after_update(st, draws, batch))
         dtype = self.learners[0].dtype
         return torch.stack([metrics[k].to(dtype) for k in self.METRIC_KEYS], dim=1)
+
+    def _after_update(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
+                      batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What an update does after AWAC's (MCEP: the evaluation policy's step)."""
+        return {}
+
+
+class SeedBatchTD3BCMCEP(SeedBatchTD3BC):
+    """S ``TD3BCMCEP`` learners trained as one: TD3+BC's batch, and after each actor step the
+    evaluation policies' own TD3+BC step at ``eval_alpha``."""
+
+    LEARNER = TD3BCMCEP
+    GRAPHS_CHECKED = False
+    NETS = (*SeedBatchTD3BC.NETS, "eval_policy")
+    OPTIMIZED = (*SeedBatchTD3BC.OPTIMIZED, "eval_policy")
+    METRIC_KEYS = TD3BCMCEP.METRIC_KEYS
+
+    def _optimizer(self, learner: Any, net: str) -> torch.optim.Optimizer:
+        return learner.eval_opt if net == "eval_policy" else super()._optimizer(learner, net)
+
+    def _after_actor(self, st: dict[str, Any], critic: list[torch.Tensor],
+                     batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        action = torch.tanh(self._mlp(st["eval_policy"], batch["obs"]))
+        q_pi = self._critic(critic, batch["obs"], action, member=0)  # [S, B]
+        lmbda = self.cfg.eval_alpha / q_pi.abs().mean(-1).detach()
+        loss = -lmbda * q_pi.mean(-1) + (action - batch["action"]).square().mean((1, 2))
+        return {"loss/eval_actor": loss.detach(),
+                "train/grad_norm/eval_actor": self._step(st, "eval_policy", loss.sum())}
+
+
+class SeedBatchAWACMCEP(SeedBatchAWAC):
+    """S ``AWACMCEP`` learners trained as one: AWAC's batch, then the evaluation policies'
+    step (Q of their own reparameterized sample, mean over critics, clipped at 1e4, anchored by
+    ``eval_lambda`` log pi(a_data)), each sample from its seed's generator after AWAC's draws."""
+
+    LEARNER = AWACMCEP
+    NETS = (*SeedBatchAWAC.NETS, "eval_policy")
+    OPTIMIZED = (*SeedBatchAWAC.OPTIMIZED, "eval_policy")
+    METRIC_KEYS = AWACMCEP.METRIC_KEYS
+
+    def _optimizer(self, learner: Any, net: str) -> torch.optim.Optimizer:
+        return learner.eval_opt if net == "eval_policy" else super()._optimizer(learner, net)
+
+    def _draws(self, st: dict[str, Any], gens: list[torch.Generator],
+               num_updates: int) -> dict[str, torch.Tensor]:
+        lr0 = self.learners[0]
+        draws = super()._draws(st, gens, num_updates)
+        draws["eval"] = torch.stack([
+            torch.randn((self.cfg.batch_size, lr0.act_dim), generator=g, device=self.device,
+                        dtype=lr0.dtype) for g in gens])
+        return draws
+
+    def _after_update(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
+                      batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        obs, params = batch["obs"], st["eval_policy"]
+        log_std = self._log_std(params)[:, None, :]
+        action = (torch.tanh(self._mlp(params[1:], obs)) + log_std.exp() * draws["eval"]
+                  ).clamp(-1.0, 1.0)
+        critic = [p.detach() for p in st["critic"]]
+        q = self._critic(critic, obs, action).mean(1).clamp(max=1e4)  # [S, B]
+        loss = (-q - self.cfg.eval_lambda * self._log_prob(params, obs, batch["action"])).mean(-1)
+        return {"loss/eval_actor": loss.detach(),
+                "train/grad_norm/eval_actor": self._step(st, "eval_policy", loss.sum())}

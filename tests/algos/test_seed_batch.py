@@ -1,4 +1,4 @@
-"""Seed-batched BC, TD3+BC, ReBRAC, IQL, CQL and AWAC (issue 46): every seed of a batch is the run of that seed alone,
+"""Seed-batched offline learners (issue 46): every seed of a batch is the run of that seed alone,
 and a diverging seed is stopped without stopping the others."""
 
 from __future__ import annotations
@@ -10,15 +10,18 @@ from robotrl.algos.offline.awac import AWAC, AWACConfig
 from robotrl.algos.offline.bc import BC, BCConfig
 from robotrl.algos.offline.cql import CQL, CQLConfig
 from robotrl.algos.offline.iql import IQL, IQLConfig
+from robotrl.algos.offline.mcep import AWACMCEP, TD3BCMCEP, AWACMCEPConfig, TD3BCMCEPConfig
 from robotrl.algos.offline.rebrac import ReBRAC, ReBRACConfig
 from robotrl.algos.offline.seed_batch import (
     SeedBatch,
     SeedBatchAWAC,
+    SeedBatchAWACMCEP,
     SeedBatchBC,
     SeedBatchCQL,
     SeedBatchIQL,
     SeedBatchReBRAC,
     SeedBatchTD3BC,
+    SeedBatchTD3BCMCEP,
 )
 from robotrl.algos.offline.td3bc import TD3BC, TD3BCConfig
 from robotrl.data import Dataset, DatasetCard
@@ -50,7 +53,8 @@ def config(**over: object) -> TD3BCConfig:
 KINDS: dict[type, tuple[type, type[SeedBatch]]] = {
     TD3BCConfig: (TD3BC, SeedBatchTD3BC), IQLConfig: (IQL, SeedBatchIQL),
     BCConfig: (BC, SeedBatchBC), CQLConfig: (CQL, SeedBatchCQL),
-    ReBRACConfig: (ReBRAC, SeedBatchReBRAC), AWACConfig: (AWAC, SeedBatchAWAC)}
+    ReBRACConfig: (ReBRAC, SeedBatchReBRAC), AWACConfig: (AWAC, SeedBatchAWAC),
+    TD3BCMCEPConfig: (TD3BCMCEP, SeedBatchTD3BCMCEP), AWACMCEPConfig: (AWACMCEP, SeedBatchAWACMCEP)}
 """config class -> (learner, its seed batch)."""
 
 
@@ -273,13 +277,16 @@ def test_checkpoints_are_ordinary_td3bc_checkpoints() -> None:
                max_weight=2.0),  # some weights clipped
     AWACConfig(updates_per_iteration=4, batch_size=32, hidden=(16, 16),
                advantage_weights="batch_softmax", backup="squashed_entropy",
-               sigmoid_log_std=True, log_std_range=(-6.0, 0.0))],
+               sigmoid_log_std=True, log_std_range=(-6.0, 0.0)),
+    TD3BCMCEPConfig(updates_per_iteration=4, batch_size=32, hidden=(16, 16)),
+    AWACMCEPConfig(updates_per_iteration=4, batch_size=32, hidden=(16, 16))],
     ids=["bc", "cql", "cql-lagrange-critic-first", "rebrac", "rebrac-authors", "awac",
-         "awac-d3rlpy"])
+         "awac-d3rlpy", "td3bc-mcep", "awac-mcep"])
 def test_every_other_offline_seed_is_its_solo_run(cfg: BCConfig | CQLConfig) -> None:
     """BC; CQL in both update orders, fixed and Lagrange weight; ReBRAC (its LayerNorm
     critics, penalized bootstrap and actor objective, with the authors' switches); AWAC (CORL's
-    and d3rlpy's weights and backups): two calls of
+    and d3rlpy's weights and backups); both MCEP variants (their evaluation policies): two
+    calls of
     4 updates, every parameter, Adam state (temperature and Lagrange weight too) and generator
     state of every seed equals that seed alone, and so do the metrics."""
     batch, alone = batch_and_alone(cfg)

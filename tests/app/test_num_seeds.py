@@ -109,9 +109,6 @@ def test_a_diverging_seed_stops_alone(pendulum, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("over, message", [
-    ({"algo": "td3bc_mcep"},
-     r"algo=td3bc_mcep has none \(those that have: \['awac', 'bc', 'cql', 'crossq', 'fasttd3', "
-     r"'iql', 'ppo', 'rebrac', 'sac', 'td3bc'\]\)"),
     ({"num_seeds": 0}, "num_seeds must be >= 1, got 0"),
     ({"resume": "x.pt"}, "num_seeds > 1 does not take resume="),
     ({"algo": "bc", "policy": {"name": "vla"}}, "num_seeds > 1 batches MLP policies; policy=vla"),
@@ -127,4 +124,12 @@ def test_what_ppo_cannot_batch_is_refused_before_anything_is_written(tmp_path, m
     cfg = make_config(tmp_path, "ppo", num_seeds=2, algo={"shared_backbone": True})
     with pytest.raises(ValueError, match=r"num_seeds > 1 with PPO .* \['shared_backbone'\]"):
         Experiment(cfg)
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_learner_without_a_seed_batch_is_refused(tmp_path, make_config):
+    with pytest.raises(ValueError, match=r"algo=trpo has none \(those that have: \['awac', "
+                                         r"'awac_mcep', 'bc', 'cql', 'crossq', 'fasttd3', 'iql', "
+                                         r"'ppo', 'rebrac', 'sac', 'td3bc', 'td3bc_mcep'\]\)"):
+        Experiment(make_config(tmp_path, "trpo", num_seeds=2))
     assert not any(tmp_path.iterdir())
