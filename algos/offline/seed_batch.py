@@ -132,10 +132,12 @@ class SeedBatchTD3BC(OfflineSeedBatch):
         return next_q.min(1).values
 
     def _actor_objective(self, critic: list[torch.Tensor], batch: dict[str, torch.Tensor],
-                         action: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Each seed's actor loss [S] at ``action`` = pi(s), with its metrics."""
+                         action: torch.Tensor, alpha: float | None = None
+                         ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Each seed's actor loss [S] at ``action`` = pi(s), with its metrics (``alpha``: the
+        Q weight, default the config's)."""
         q_pi = self._critic(critic, batch["obs"], action, member=0)  # [S, B]
-        lmbda = self.cfg.alpha / q_pi.abs().mean(-1).detach()
+        lmbda = (self.cfg.alpha if alpha is None else alpha) / q_pi.abs().mean(-1).detach()
         bc = (action - batch["action"]).square().mean((1, 2))
         return -lmbda * q_pi.mean(-1) + bc, {"train/bc_mse": bc.detach(), "train/lambda": lmbda}
 
@@ -526,7 +528,15 @@ class SeedBatchAWAC(OfflineSeedBatch):
         return {}
 
 
-class SeedBatchTD3BCMCEP(SeedBatchTD3BC):
+class _EvaluationPolicies:
+    """MCEP's evaluation policies stacked beside the rest (their optimizer: ``eval_opt``)."""
+
+    def _optimizer(self, learner: Any, net: str) -> torch.optim.Optimizer:
+        return learner.eval_opt if net == "eval_policy" else super()._optimizer(  # type: ignore[misc]
+            learner, net)
+
+
+class SeedBatchTD3BCMCEP(_EvaluationPolicies, SeedBatchTD3BC):
     """S ``TD3BCMCEP`` learners trained as one: TD3+BC's batch, and after each actor step the
     evaluation policies' own TD3+BC step at ``eval_alpha``."""
 
@@ -536,20 +546,15 @@ class SeedBatchTD3BCMCEP(SeedBatchTD3BC):
     OPTIMIZED = (*SeedBatchTD3BC.OPTIMIZED, "eval_policy")
     METRIC_KEYS = TD3BCMCEP.METRIC_KEYS
 
-    def _optimizer(self, learner: Any, net: str) -> torch.optim.Optimizer:
-        return learner.eval_opt if net == "eval_policy" else super()._optimizer(learner, net)
-
     def _after_actor(self, st: dict[str, Any], critic: list[torch.Tensor],
                      batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         action = torch.tanh(self._mlp(st["eval_policy"], batch["obs"]))
-        q_pi = self._critic(critic, batch["obs"], action, member=0)  # [S, B]
-        lmbda = self.cfg.eval_alpha / q_pi.abs().mean(-1).detach()
-        loss = -lmbda * q_pi.mean(-1) + (action - batch["action"]).square().mean((1, 2))
+        loss, _ = self._actor_objective(critic, batch, action, self.cfg.eval_alpha)
         return {"loss/eval_actor": loss.detach(),
                 "train/grad_norm/eval_actor": self._step(st, "eval_policy", loss.sum())}
 
 
-class SeedBatchAWACMCEP(SeedBatchAWAC):
+class SeedBatchAWACMCEP(_EvaluationPolicies, SeedBatchAWAC):
     """S ``AWACMCEP`` learners trained as one: AWAC's batch, then the evaluation policies'
     step (Q of their own reparameterized sample, mean over critics, clipped at 1e4, anchored by
     ``eval_lambda`` log pi(a_data)), each sample from its seed's generator after AWAC's draws."""
@@ -558,9 +563,6 @@ class SeedBatchAWACMCEP(SeedBatchAWAC):
     NETS = (*SeedBatchAWAC.NETS, "eval_policy")
     OPTIMIZED = (*SeedBatchAWAC.OPTIMIZED, "eval_policy")
     METRIC_KEYS = AWACMCEP.METRIC_KEYS
-
-    def _optimizer(self, learner: Any, net: str) -> torch.optim.Optimizer:
-        return learner.eval_opt if net == "eval_policy" else super()._optimizer(learner, net)
 
     def _draws(self, st: dict[str, Any], gens: list[torch.Generator],
                num_updates: int) -> dict[str, torch.Tensor]:
