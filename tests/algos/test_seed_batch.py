@@ -226,8 +226,13 @@ def test_a_diverging_iql_seed_is_stopped_alone() -> None:
                                  ReBRACConfig(updates_per_iteration=12, batch_size=32,
                                               hidden=(16, 16)),
                                  AWACConfig(updates_per_iteration=12, batch_size=32,
-                                            hidden=(16, 16))],
-                         ids=["td3bc", "td3bc-freq3", "iql", "bc", "cql", "rebrac", "awac"])
+                                            hidden=(16, 16)),
+                                 TD3BCMCEPConfig(updates_per_iteration=12, batch_size=32,
+                                                 hidden=(16, 16)),
+                                 AWACMCEPConfig(updates_per_iteration=12, batch_size=32,
+                                                hidden=(16, 16))],
+                         ids=["td3bc", "td3bc-freq3", "iql", "bc", "cql", "rebrac", "awac",
+                              "td3bc-mcep", "awac-mcep"])
 def test_cuda_graphs_replay_each_seed_alone(cfg: TD3BCConfig | IQLConfig) -> None:
     """On a GPU the batch replays CUDA graphs (12 updates a call: each kind of update twice
     eagerly, then recorded and replayed) and is still every seed's run alone, in float64 over
