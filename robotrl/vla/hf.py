@@ -199,6 +199,9 @@ class HFTokenPolicy(TokenPolicy):
         # only the last positions' logits are needed (renamed from num_logits_to_keep in 4.50)
         self._keep_arg = next((k for k in ("logits_to_keep", "num_logits_to_keep")
                                if k in params), None)
+        # the KV cache argument and output: ``cache`` since transformers 5.x (``past_key_values``
+        # is deprecated there, to be removed in 5.40), ``past_key_values`` before
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
         self.lm.eval()
 
     def train(self, mode: bool = True) -> HFTokenPolicy:
@@ -225,10 +228,11 @@ class HFTokenPolicy(TokenPolicy):
              ) -> tuple[torch.Tensor, Any]:
         """(action logits [N, keep, bins] of the last ``keep`` positions, the LM's cache) after
         ``x`` [N, S, d] new positions following ``cache`` (None: none)."""
-        extra: dict[str, int] = {self._keep_arg: keep} if self._keep_arg else {}
-        out = self.lm(inputs_embeds=x, past_key_values=cache, use_cache=use_cache, **extra)
+        extra: dict[str, Any] = {self._keep_arg: keep} if self._keep_arg else {}
+        extra[self._cache_arg] = cache
+        out = self.lm(inputs_embeds=x, use_cache=use_cache, **extra)
         ids = slice(self.action_offset, self.action_offset + self.cfg.bins)
-        return out.logits[:, -keep:, ids], out.past_key_values
+        return out.logits[:, -keep:, ids], getattr(out, self._cache_arg)
 
     def start(self, obs: Obs) -> tuple[Any, torch.Tensor]:
         """(the LM's KV cache, logits [N, bins] of the first action token) after the prefix.

@@ -216,7 +216,8 @@ def write_field(f: h5py.File, name: str, dtype: str, shape: tuple[int, ...], fil
     elif dtype == "opaque":  # pickled bytes: h5py hands back raw bytes, never unpickles
         f[name] = np.void(b"\x80\x04cos\nsystem\n")
     else:
-        f[name] = np.full(shape, fill).astype(dtype)
+        with np.errstate(invalid="ignore"):  # a NaN or inf fill cast to integers, on purpose
+            f[name] = np.full(shape, fill).astype(dtype)
 
 
 @pytest.mark.parametrize("cases", CASES)

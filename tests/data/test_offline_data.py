@@ -224,7 +224,10 @@ def test_a_dataset_minari_records_from_gymnasium_trains_here(minari_root: Path) 
                                      actions=np.stack(actions), rewards=rewards,
                                      terminations=terms, truncations=truncs))
     minari.create_dataset_from_buffers("gym/hopper/random-v0", buffers, env="Hopper-v5",
-                                       algorithm_name="random")
+                                       eval_env="Hopper-v5", algorithm_name="random",
+                                       author="robotrl tests", author_email="tests@example.org",
+                                       code_permalink="tests/data/test_offline_data.py",
+                                       description="two uniform-random episodes")
     data = load_dataset("gym/hopper/random-v0")
     assert data.card.task == "Hopper-v5" and data.num_episodes == 2
     robot = make("hopper", 1)
