@@ -124,14 +124,12 @@ def test_a_changed_config_is_not_passed_off_as_the_cell(pendulum, tmp_path, caps
 
 
 def test_batch_seeds_trains_a_cells_seeds_in_one_process(pendulum, tmp_path, capsys):
-    """``batch_seeds: true``: TD3+BC's seeds run as one num_seeds job into their own cell
-    directories (equal to the cells run one by one); TD3+BC-MCEP, without a batched learner,
-    per cell."""
-    grid_path = write_grid(tmp_path, pendulum, batch_seeds=True, ope_updates=0, budgets=[100],
-                           algos=["td3bc_mcep", "td3bc"])
+    """``batch_seeds: true``: each algorithm's seeds run as one num_seeds job into their own
+    cell directories (equal to the cells run one by one)."""
+    grid_path = write_grid(tmp_path, pendulum, batch_seeds=True, ope_updates=0, budgets=[100])
     bench_main(["run", str(grid_path), "figures=false"])
     said = capsys.readouterr()
-    assert said.err.count("(batched)") + said.out.count("(batched)") == 2
+    assert said.err.count("(batched)") + said.out.count("(batched)") == 4  # BC's and TD3+BC's
     grid = load_grid(grid_path)
     batched = {c.seed: grid.run_dir(c) for c in grid.cells() if c.algo == "td3bc"}
     assert all((r / "result.json").is_file() for r in batched.values())
@@ -146,6 +144,26 @@ def test_batch_seeds_trains_a_cells_seeds_in_one_process(pendulum, tmp_path, cap
     assert one["config"] == two["config"]  # the same config: a seed of a batch is that run
     with pytest.raises(SystemExit, match="batch_seeds needs consecutive seeds"):
         bench_main(["run", str(grid_path), "seeds=[0,2]"])
+
+
+def test_batch_seeds_groups_only_what_a_seed_batch_can_train(tmp_path):
+    """A learner without a seed batch (TRPO) keeps one job per cell; one with (PPO) groups its
+    seeds, unless a seed's run directory exists already (a started run resumes alone)."""
+    from robotrl.bench.harness import seed_batch
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "tiny-online", "out": str(tmp_path / "bench"), "algos": ["trpo", "ppo"],
+        "tasks": ["inverted_pendulum"], "seeds": [0, 1], "budgets": [64], "batch_seeds": True,
+        "metric": "return_mean", "results": str(tmp_path / "r.json"),
+        "report": str(tmp_path / "r.md")}))
+    grid = load_grid(path)
+    trpo, ppo = (next(c for c in grid.cells() if c.algo == a and c.seed == 0)
+                 for a in ("trpo", "ppo"))
+    assert seed_batch(grid, trpo) == [trpo]
+    assert [c.seed for c in seed_batch(grid, ppo)] == [0, 1]
+    grid.run_dir(Cell(ROBOTRL, "ppo", "inverted_pendulum", 1, 64)).mkdir(parents=True)
+    assert seed_batch(grid, ppo) == [ppo]
 
 
 def test_ope_command(pendulum, tmp_path):
