@@ -49,6 +49,9 @@ commands:
           robotrl bench report GRID [--check]    robotrl bench list GRID
   ope     estimate a checkpoint's value from a dataset alone (fitted Q evaluation):
           robotrl ope checkpoint=PATH dataset=ID [updates=10000] [gamma=0.99] [simulate=true]
+  plot    learning curves of run directories (seeds of one config averaged, 95% interval),
+          one panel per metric: robotrl plot runs/sac3 runs/td3 [metric=return_mean,length_mean]
+                 [x=steps|minutes] [out=curves.png|.svg|.pdf]
   checkpoint upgrade PATH   convert a checkpoint of robotrl's earlier pickle format, which
           can run code when loaded (trusts the file: your own runs only)
 """
@@ -63,6 +66,7 @@ COMMANDS: dict[str, str] = {
     "dataset": "robotrl.cli.dataset:dataset_main",
     "bench": "robotrl.cli.bench:bench_main",
     "ope": "robotrl.cli.ope:ope_main",
+    "plot": "robotrl.cli.plot:plot_main",
     "checkpoint": "robotrl.cli.checkpoint:checkpoint_main",
 }
 """Command -> "module:function(argv)", imported only when that command runs."""
