@@ -22,7 +22,9 @@ One update of the batch is, for each seed, the update that seed would make alone
 
 Equality with separate runs is tested in float64 (``tests/algos/test_seed_batch*.py``); in
 float32 the batched products may round differently from the solo ones. Subclasses:
-``robotrl.algos.offline.seed_batch`` (TD3+BC, IQL), ``SeedBatchSAC`` below.
+``robotrl.algos.offline.seed_batch`` (every offline learner), ``SeedBatchSAC``,
+``SeedBatchCrossQ`` and ``SeedBatchFastTD3`` below; PPO's, whose update is epochs of
+minibatches, is ``robotrl.algos.ppo_seed_batch``.
 
 On a CUDA device the updates of a call can be replayed from CUDA graphs (``cuda_graphs``; on
 by default there for TD3+BC and IQL, whose graphed batches were compared with each seed alone
@@ -85,6 +87,17 @@ class SeedStop:
     def message(self) -> str:
         return (f"seed {self.seed} stopped: {self.metric} = {self.value} at update "
                 f"{self.update}; it keeps its parameters of update {self.last_good}")
+
+
+def squashed_sample(raw: torch.Tensor, noise: torch.Tensor, epsilon: float = 0.0
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``SquashedGaussianActor.sample`` from S actors' network outputs ``raw`` [S, B, 2 A]
+    (mean, then log std) and the seeds' ``noise`` [S, B, A]: (actions [S, B, A] in (-1, 1),
+    log pi [S, B])."""
+    mean, log_std = raw.chunk(2, dim=-1)
+    log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+    u = mean + log_std.exp() * noise
+    return torch.tanh(u), squashed_log_prob(noise, log_std, u, epsilon)
 
 
 def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -504,10 +517,7 @@ class SeedBatchSAC(OffPolicySeedBatch):
                 train: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``SquashedGaussianActor.sample`` of S actors with the given noise: ([S, B, A] in
         (-1, 1), log pi [S, B])."""
-        mean, log_std = self._policy(st, obs, train).chunk(2, dim=-1)
-        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        u = mean + log_std.exp() * noise
-        return torch.tanh(u), squashed_log_prob(noise, log_std, u, self.eps)
+        return squashed_sample(self._policy(st, obs, train), noise, self.eps)
 
     def _critic_values(self, st: dict[str, Any], batch: dict[str, torch.Tensor],
                        next_action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -22,10 +22,10 @@ from robotrl.algos.offline.iql import IQL
 from robotrl.algos.offline.mcep import AWACMCEP, TD3BCMCEP
 from robotrl.algos.offline.rebrac import ReBRAC
 from robotrl.algos.offline.td3bc import TD3BC
-from robotrl.algos.seed_batch import SeedBatch, SeedStop
+from robotrl.algos.seed_batch import SeedBatch, SeedStop, squashed_sample
 from robotrl.nn.ensemble import EnsembleLayerNorm, EnsembleLinear
 from robotrl.nn.linear import ensemble_linear
-from robotrl.nn.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
+from robotrl.nn.squashed_gaussian import squashed_log_prob
 from robotrl.nn.target import td_target
 
 __all__ = ["OfflineSeedBatch", "SeedBatch", "SeedBatchAWAC", "SeedBatchAWACMCEP", "SeedBatchBC",
@@ -159,8 +159,7 @@ class SeedBatchTD3BC(OfflineSeedBatch):
         s, dev = table.shape[0], table.device
         dtype = lr0.dtype
         idx, noise = draws["idx"], draws["noise"]
-        rows = table[torch.arange(s, device=dev)[:, None], idx]  # [S, B, W]
-        batch = lr0.data.unpack(rows)
+        batch = self._batch(st, idx)
         if "next_actions" in st:  # ReBRAC's a'_data
             batch["next_action"] = st["next_actions"][torch.arange(s, device=dev)[:, None], idx]
         with torch.no_grad():
@@ -225,10 +224,8 @@ class SeedBatchIQL(OfflineSeedBatch):
 
     def _update_once(self, st: dict[str, Any], draws: dict[str, torch.Tensor],
                      num_updates: int) -> torch.Tensor:
-        cfg, table = self.cfg, st["table"]
-        s, dev = table.shape[0], table.device
-        idx = draws["idx"]
-        batch = self.learners[0].data.unpack(table[torch.arange(s, device=dev)[:, None], idx])
+        cfg = self.cfg
+        batch = self._batch(st, draws["idx"])
         obs, action = batch["obs"], batch["action"]
         with torch.no_grad():
             q_target = self._critic(st["critic_target"], obs, action).min(1).values  # [S, B]
@@ -313,11 +310,8 @@ class SeedBatchCQL(OfflineSeedBatch):
     def _sample(self, st: dict[str, Any], obs: torch.Tensor, noise: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """``SquashedGaussianActor.sample`` of S actors with the given noise."""
-        mean, log_std = self._mlp(st["actor"], obs).chunk(2, dim=-1)
-        log_std = log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        u = mean + log_std.exp() * noise
-        eps = self.learners[0].actor.squash_epsilon
-        return torch.tanh(u), squashed_log_prob(noise, log_std, u, eps)
+        return squashed_sample(self._mlp(st["actor"], obs), noise,
+                               self.learners[0].actor.squash_epsilon)
 
     def _actor_step(self, st: dict[str, Any], obs: torch.Tensor, noise: torch.Tensor
                     ) -> dict[str, torch.Tensor]:
@@ -415,11 +409,10 @@ class SeedBatchReBRAC(SeedBatchTD3BC):
         if getattr(self, "_next", (None,))[0] != key:
             self._next = (key, torch.stack([lr.next_actions for lr in ls]))
         st["next_actions"] = self._next[1]
-        st["bc"] = (torch.tensor([lr.actor_bc for lr in ls], dtype=ls[0].dtype,
-                                 device=self.device),
-                    torch.tensor([lr.critic_bc for lr in ls], dtype=ls[0].dtype,
-                                 device=self.device))
-        self._bc = st["bc"]
+        self._bc = tuple(torch.tensor([getattr(lr, f"{part}_bc") for lr in ls],
+                                      dtype=ls[0].dtype, device=self.device)
+                         for part in ("actor", "critic"))
+        """Each seed's (actor, critic) BC coefficient [S], as its learner resolved them."""
 
     def _critic(self, params: list[torch.Tensor], obs: torch.Tensor, action: torch.Tensor,
                 member: int | None = None) -> torch.Tensor:
