@@ -39,12 +39,16 @@ class OfflineRunner(Runner):
         if self.evaluator is not None:
             self.evaluator.score = dataset.card.normalized_score
 
+    def steps_per_iteration(self) -> int:
+        """An iteration's gradient updates: offline, ``global_step`` counts updates."""
+        return self.settings.steps_per_env
+
     def _iteration(self) -> dict[str, float]:
+        steps = self.steps_per_iteration()
         t0 = time.perf_counter()
         metrics = self.alg.update(progress=self.global_step / self.settings.total_steps)
         elapsed = time.perf_counter() - t0
         self.iteration += 1
-        self.global_step += self.settings.steps_per_env
-        metrics.update({"perf/sps": self.settings.steps_per_env / elapsed,
-                        "perf/update_s": elapsed})
+        self.global_step += steps
+        metrics.update({"perf/sps": steps / elapsed, "perf/update_s": elapsed})
         return metrics

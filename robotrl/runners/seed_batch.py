@@ -48,9 +48,7 @@ class SeedBatchRunner:
                              f"budget, got (step, total, per iteration) {sorted(steps)}")
         self.runners = list(runners)
         self.batch = batch
-        lead = runners[0]
-        self.per_iteration = (lead.steps_per_iteration() if lead.collector is not None
-                              else lead.settings.steps_per_env)
+        self.per_iteration = runners[0].steps_per_iteration()
         """What an iteration adds to each seed's ``global_step`` (env steps or updates)."""
 
     def train(self) -> list[dict[str, float] | None]:
