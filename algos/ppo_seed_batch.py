@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from robotrl.algos.ppo import LOSS_METRIC_KEYS, LR_SCHEDULES, PPO, _network_parts, adaptive_lr
-from robotrl.algos.seed_batch import SeedStop
+from robotrl.algos.seed_batch import SeedStop, same_learners
 from robotrl.nn.linear import linear
 from robotrl.nn.policy import LOG_STD_MAX, LOG_STD_MIN
 from robotrl.optim import GRADIENT_HOOKS
@@ -44,14 +44,7 @@ class SeedBatchPPO:
     """
 
     def __init__(self, learners: Sequence[Any], cuda_graphs: bool | None = None) -> None:
-        if not learners:
-            raise ValueError("a seed batch needs at least one learner")
-        cfg = learners[0].cfg
-        for learner in learners:
-            if type(learner) is not PPO:
-                raise TypeError(f"SeedBatchPPO batches PPO only, got {type(learner).__name__}")
-            if learner.cfg != cfg:
-                raise ValueError("every learner of a seed batch needs the same config")
+        cfg = same_learners(learners, PPO, "SeedBatchPPO")
         self.check_config(cfg)
         if cuda_graphs:
             raise ValueError("seed-batched PPO has no CUDA-graph path (its adaptive learning "
@@ -259,11 +252,3 @@ class SeedBatchPPO:
             metrics["train/explained_variance"] = means[j][-1]
             out[i] = metrics
         return out
-
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """Every seed's ordinary checkpoint, and the stops."""
-        import dataclasses
-
-        return {"seeds": [lr.state_dict() for lr in self.learners],
-                "stopped": {i: dataclasses.asdict(s) for i, s in self.stopped.items()}}

@@ -100,6 +100,20 @@ def squashed_sample(raw: torch.Tensor, noise: torch.Tensor, epsilon: float = 0.0
     return torch.tanh(u), squashed_log_prob(noise, log_std, u, epsilon)
 
 
+def same_learners(learners: Sequence[Any], learner: type, batch: str) -> Any:
+    """The config every one of ``learners`` shares; TypeError for one of another class than
+    ``learner`` (subclasses change the losses), ValueError for none or differing configs."""
+    if not learners:
+        raise ValueError("a seed batch needs at least one learner")
+    for one in learners:
+        if type(one) is not learner:
+            raise TypeError(f"{batch} batches {learner.__name__} only, got {type(one).__name__}")
+    cfg = learners[0].cfg
+    if any(one.cfg != cfg for one in learners[1:]):
+        raise ValueError("every learner of a seed batch needs the same config")
+    return cfg
+
+
 def _stack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack([t.detach() for t in tensors]).contiguous()
 
@@ -129,16 +143,7 @@ class SeedBatch:
     passed on a GPU (TD3+BC, IQL); the others take ``cuda_graphs=True`` explicitly until then."""
 
     def __init__(self, learners: Sequence[Any], cuda_graphs: bool | None = None) -> None:
-        if not learners:
-            raise ValueError("a seed batch needs at least one learner")
-        for learner in learners:
-            if type(learner) is not self.LEARNER:  # subclasses change the losses
-                raise TypeError(f"{type(self).__name__} batches {self.LEARNER.__name__} only, "
-                                f"got {type(learner).__name__}")
-        cfg = learners[0].cfg
-        for learner in learners[1:]:
-            if learner.cfg != cfg:
-                raise ValueError("every learner of a seed batch needs the same config")
+        cfg = same_learners(learners, self.LEARNER, type(self).__name__)
         self.learners = list(learners)
         self.cfg: Any = cfg
         self.stopped: dict[int, SeedStop] = {}
