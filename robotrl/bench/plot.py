@@ -77,10 +77,10 @@ def load_curves(paths: list[str], metrics: list[str], x: str = "steps") -> list[
     common = Path(os.path.commonpath([str(k) for k in groups])) if len(groups) > 1 else None
     curves, seen = [], set()
     for key, runs in groups.items():
-        evals = [_evaluations(r) for r in runs]
-        evals = [e for e in evals if e]
-        if not evals:
+        pairs = [(r, e) for r in runs if (e := _evaluations(r))]
+        if not pairs:  # none of the group has evaluated yet
             continue
+        runs, evals = [r for r, _ in pairs], [e for _, e in pairs]
         for e in evals:
             seen.update(k for k in e[0] if k not in NOT_METRICS)
         n = min(len(e) for e in evals)
