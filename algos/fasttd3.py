@@ -133,7 +133,7 @@ def categorical_projection(probs: torch.Tensor, reward: torch.Tensor, discount: 
 
 
 def expected_value(probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
-    """E[Z] [...] of categorical probabilities [..., K] on ``support`` [K]."""
+    """The mean E[Z], shape ``[...]``, of categorical probabilities ``[..., K]`` on ``support`` ``[K]``."""
     return probs @ support
 
 

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -323,5 +324,35 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
         ope = read_json(run / "ope.json")
         if ope is not None:
             record["ope"] = ope
+        records.append(record)
+    return records
+
+
+def record_key(record: dict[str, Any]) -> tuple[Any, ...]:
+    """What names a cell in a results file: (runner, algo, target, seed, budget)."""
+    return (record["runner"], record["algo"], record["target"], record["seed"],
+            record["budget"])
+
+
+def committed_records(grid: Grid, warn: Callable[[str], None] | None = None
+                      ) -> list[dict[str, Any]]:
+    """One record per cell from the grid's results file alone (runs finished on this machine
+    since do not count): what ``bench report --check`` and the documentation's result pages
+    compute the committed tables from. A cell without a finished record is missing ("not
+    run", or the results file's reason); a record of a config the grid no longer composes is
+    kept, and ``warn`` is told (a changed default must not turn every committed table red
+    before its cells can be rerun)."""
+    path = grid.results_path
+    saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
+    by_key = {record_key(r): r for r in saved}
+    records = []
+    for cell in grid.cells():
+        key = record_key(vars(cell))
+        record = by_key.get(key) or {"runner": cell.runner, "algo": cell.algo,
+                                     "target": cell.target, "seed": cell.seed,
+                                     "budget": cell.budget, "missing": "not run"}
+        if "final" in record and warn is not None and not current(grid, cell, record):
+            warn(f"{grid.name} {' '.join(map(str, key))}: the committed record is of a config "
+                 "the grid no longer composes; rerun the cell")
         records.append(record)
     return records

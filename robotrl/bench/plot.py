@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from robotrl.stats import mean_interval
 
 X_AXES = ("steps", "minutes")
@@ -65,6 +67,13 @@ def _evaluations(run: Path) -> list[dict[str, Any]]:
     return RunDir(run).evaluations()
 
 
+def _what(run: Path) -> str:
+    """A run's algorithm and task, from its ``config.yaml`` ("ppo halfcheetah")."""
+    config = yaml.safe_load((run / "config.yaml").read_text()) or {}
+    algo, env = config.get("algo") or {}, config.get("env") or {}
+    return " ".join(str(v) for v in (algo.get("name"), env.get("task")) if v) or run.name
+
+
 def load_curves(paths: list[str], metrics: list[str], x: str = "steps") -> list[Curve]:
     """One ``Curve`` per group of the runs under ``paths``; ValueError for an unknown ``x``, a
     metric no run evaluated (naming those they did), or runs without evaluations."""
@@ -84,8 +93,9 @@ def load_curves(paths: list[str], metrics: list[str], x: str = "steps") -> list[
         for e in evals:
             seen.update(k for k in e[0] if k not in NOT_METRICS)
         n = min(len(e) for e in evals)
-        # labels: the groups' paths past what they share (a lone group: its folder's name)
-        label = str(key.relative_to(common)) if common is not None and key != common else key.name
+        # labels: the groups' paths past what they share (a lone group: its algorithm and task)
+        label = (str(key.relative_to(common)) if common is not None and key != common
+                 else _what(runs[0]))
         curve = Curve(label=label, runs=runs)
         for i in range(n):
             rows = [e[i] for e in evals]

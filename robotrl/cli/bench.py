@@ -51,48 +51,36 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
     the results file's records of cells outside this invocation's grid, e.g. ``seeds=[0]``).
 
     ``check`` (``--check``: does the committed report say what the committed results say?)
-    reads the results file alone (cells finished on this machine since do not count) and keeps
-    a record whose config the grid no longer composes, and warns: a changed default must not
-    turn every committed table red before its cells can be rerun; writing the report (no
-    ``--check``) marks such a cell missing (stale)."""
-    from robotrl.bench.harness import collect, current
+    reads the results file alone (``robotrl.bench.harness.committed_records``); writing the
+    report (no ``--check``) marks a cell whose record is of a config the grid no longer
+    composes missing (stale)."""
+    from robotrl.bench.harness import collect, committed_records, current, record_key
     from robotrl.logging import console
 
+    if check:
+        def warn(text: str) -> None:
+            console.print(f"[yellow]warning: {text}[/yellow]")
+
+        return committed_records(grid, warn), []
     path = grid.results_path
     saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
-    done = {_key(r): r for r in saved if "final" in r}
-    cells = {_key(vars(c)): c for c in grid.cells()}
-    if check:
-        missing = {_key(r): r for r in saved if "final" not in r}
-        records = [missing.get(key) or {"runner": c.runner, "algo": c.algo, "target": c.target,
-                                        "seed": c.seed, "budget": c.budget, "missing": "not run"}
-                   for key, c in cells.items()]
-    else:
-        records = collect(grid)
+    done = {record_key(r): r for r in saved if "final" in r}
+    cells = {record_key(vars(c)): c for c in grid.cells()}
 
     def reuse(r: dict[str, Any]) -> dict[str, Any]:
         """A cell not finished here: the results file's record of it, unless that record is of
         a config the cell no longer composes (then the cell stays missing, marked stale)."""
-        old = done.get(_key(r))
-        if old is None or current(grid, cells[_key(r)], old):
+        old = done.get(record_key(r))
+        if old is None or current(grid, cells[record_key(r)], old):
             return old or r
-        if check:
-            console.print(f"[yellow]warning: {grid.name} {' '.join(map(str, _key(r)))}: the "
-                          "committed record is of a config the grid no longer composes; rerun "
-                          "the cell[/yellow]")
-            return old
         if r["missing"].startswith("stale"):
             return r
         return {**r, "missing": "stale: the results file's record is of a config the grid no "
                                 "longer composes (a tuned file or a default changed)"}
 
-    records = [reuse(r) if "missing" in r else r for r in records]
-    mine = {_key(r) for r in records}
-    return records, [r for r in saved if _key(r) not in mine]
-
-
-def _key(r: dict[str, Any]) -> tuple[Any, ...]:
-    return r["runner"], r["algo"], r["target"], r["seed"], r["budget"]
+    records = [reuse(r) if "missing" in r else r for r in collect(grid)]
+    mine = {record_key(r) for r in records}
+    return records, [r for r in saved if record_key(r) not in mine]
 
 
 def write_results(grid: Any, records: list[dict[str, Any]], kept: list[dict[str, Any]]) -> None:
