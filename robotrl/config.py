@@ -242,6 +242,23 @@ class LoggerConfig:
     """Film world 0's first episode at each evaluation from the task's view camera:
     ``run_dir/videos/step_*.mp4`` and TensorBoard's ``eval/video`` (needs the ``video`` extra
     and ``MUJOCO_GL=egl``; ~25 s per 1000-step episode at 240x240 on this CPU)."""
+    wandb: bool = False
+    """Also log to Weights & Biases (``logger=wandb``; the ``wandb`` extra): the same scalars
+    at the same steps, the resolved config, evaluation videos; W&B's files in
+    ``run_dir/wandb/``, its run id in ``run_dir/wandb_id.json`` (a resume continues that run).
+    Online, offline or disabled as ``WANDB_MODE`` says."""
+    wandb_project: str = "robotrl"
+    """W&B project."""
+    wandb_entity: str = ""
+    """W&B team or user ('': the account's default entity)."""
+    wandb_group: str = ""
+    """W&B group ('': the jobs of a multirun share one, the sweep directory's name; the seeds
+    of a ``num_seeds`` run share ``run_dir``'s name; a single run has none)."""
+    wandb_tags: list[str] = dataclasses.field(default_factory=list)
+    """W&B tags, e.g. ``'logger.wandb_tags=[ppo,baseline]'``."""
+    wandb_artifacts: bool = False
+    """Upload ``checkpoints/last.pt`` and ``best.pt`` as a W&B model artifact when the run
+    ends."""
 
 
 @dataclasses.dataclass
@@ -276,7 +293,8 @@ class TrainConfig:
     num_seeds: int = 1
     """Train seeds ``seed .. seed + num_seeds - 1`` in one process, their updates batched
     (``robotrl.runners.seed_batch``); each seed is an ordinary run in ``run_dir/s<seed>``.
-    Algorithms with a seed-batched learner only (``td3bc``, ``iql``)."""
+    Algorithms with a seed-batched learner: every offline learner, ``sac``, ``crossq``,
+    ``fasttd3`` and ``ppo`` (MLP policies)."""
     device: str = "cpu"
     """Learner device (``cpu``, ``cuda``, ``cuda:1``)."""
     torch_threads: int = 1

@@ -51,6 +51,17 @@ def record_job(run_dir: str, result: dict[str, float] | None) -> None:
     write_json(Path(hc.sweep.dir) / "results" / f"{hc.job.num}.json", row)
 
 
+def sweep_name() -> str:
+    """Inside a multirun job: the name of the sweep directory (``hydra.sweep.dir``), which its
+    jobs share as their W&B group; outside one, ''."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return ""
+    return Path(HydraConfig.get().sweep.dir).name
+
+
 def gather(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """Every job's row of the sweep in ``sweep_dir``, best evaluation first."""
     rows = [json.loads(p.read_text()) for p in Path(sweep_dir).glob("results/*.json")]

@@ -34,13 +34,16 @@ def train_main(argv: list[str]) -> None:
     def _hydra_entry(dcfg: DictConfig) -> float:
         """One run; returns the sweep objective (``robotrl.cli.sweep.objective``)."""
         from robotrl.checkpoint import CheckpointError, RunLocked
-        from robotrl.cli.sweep import objective, record_job
+        from robotrl.cli.sweep import objective, record_job, sweep_name
         from robotrl.data import DatasetError
         from robotrl.video import VideoUnavailable
 
         composed = OmegaConf.to_container(dcfg, resolve=True)
         try:
-            experiment = Experiment(resolve_config(composed, overrides))  # validated here, once
+            resolved = resolve_config(composed, overrides)
+            if resolved.logger.wandb and not resolved.logger.wandb_group:
+                resolved.logger.wandb_group = sweep_name()  # a multirun's jobs side by side
+            experiment = Experiment(resolved)  # validated here, once
         except CheckpointError as err:  # resume= names a missing, corrupt or foreign file
             refuse("checkpoint", err, str(composed.get("run_dir", "")))
         except (ConfigError, ValueError, TypeError) as err:

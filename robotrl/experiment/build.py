@@ -12,6 +12,7 @@ from robotrl import distributed
 from robotrl.checkpoint import CheckpointError, load_checkpoint, restoring
 from robotrl.config import RandomizationConfig, TrainConfig, from_dict, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
+from robotrl.logging import WandbSettings
 from robotrl.registry import algorithm, learner_class, policy_name
 from robotrl.runners.base import Runner, RunnerSettings
 from robotrl.seeding import derive_seed
@@ -147,6 +148,10 @@ def build_runner(cfg: TrainConfig) -> Runner:
         log_interval=cfg.logger.log_interval,
         progress=cfg.logger.progress,
         tensorboard=cfg.logger.tensorboard,
+        wandb=WandbSettings(
+            project=cfg.logger.wandb_project, entity=cfg.logger.wandb_entity,
+            group=cfg.logger.wandb_group, tags=list(cfg.logger.wandb_tags),
+            artifacts=cfg.logger.wandb_artifacts) if cfg.logger.wandb else None,
         seed=cfg.seed,
         video=cfg.logger.video,
     )

@@ -268,3 +268,10 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.backend.name == "mujoco" and cfg.env.task not in list_tasks():
         raise ValueError(f"unknown task {cfg.env.task!r}; available tasks: {list_tasks()}")
     validate_values(cfg)
+    if cfg.logger.wandb:  # a missing extra found before the run directory is touched
+        from robotrl.logging import import_wandb
+
+        try:
+            import_wandb()
+        except ImportError as err:
+            raise ConfigError(str(err)) from None

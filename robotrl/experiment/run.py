@@ -308,6 +308,9 @@ def _train_seeds(cfg: TrainConfig) -> dict[str, float] | None:
     from robotrl.seeding import seed_everything
 
     cfgs = seed_configs(cfg)
+    if cfg.logger.wandb and not cfg.logger.wandb_group:  # the seeds side by side in W&B
+        for c in cfgs:
+            c.logger.wandb_group = Path(cfg.run_dir).name
     with contextlib.ExitStack() as locks:
         for c in cfgs:
             locks.enter_context(run_lock(c.run_dir))

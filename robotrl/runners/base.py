@@ -32,7 +32,7 @@ import torch
 from robotrl import distributed
 from robotrl.checkpoint import load_checkpoint, restoring, save_checkpoint
 from robotrl.envs.wrappers import RecordEpisodeStatistics
-from robotrl.logging import Logger, ProgressBar, console
+from robotrl.logging import Logger, ProgressBar, WandbSettings, console
 from robotrl.runners.evaluation import evaluate
 from robotrl.seeding import derive_seed, rng_state, seed_streams, set_rng_state
 from robotrl.types import BatchedEnv, Learner, Obs, obs_to
@@ -61,6 +61,8 @@ class RunnerSettings:
     """Show the progress bar."""
     tensorboard: bool = True
     """Write TensorBoard events."""
+    wandb: WandbSettings | None = None
+    """Also log to Weights & Biases (``robotrl.logging.WandbRun``); None: not."""
     seed: int = 0
     """The run seed; evaluation resets use its ``eval-reset`` stream (``robotrl.seeding``)."""
     video: bool = False
@@ -333,7 +335,8 @@ class Runner:
         if recorder is not None:
             video = Path(self.settings.run_dir) / "videos" / f"step_{self.global_step:010d}.mp4"
             write_mp4(video, recorder.frames, recorder.fps)
-            logger.video("eval/video", recorder.frames, self.global_step, recorder.fps)
+            logger.video("eval/video", recorder.frames, self.global_step, recorder.fps,
+                         path=video)
         value = metrics[self.evaluator.select]
         if not math.isnan(value) and (self.best_eval is None or value > self.best_eval):
             self.best_eval = value
@@ -406,10 +409,10 @@ class Runner:
             path = self.save()
             if main:
                 console.print(f"[yellow]interrupted: checkpoint saved to {path}[/yellow]")
-            logger.close()
+            logger.close(failed=True)
             raise
         except FloatingPointError as err:
-            logger.close()
+            logger.close(failed=True)
             kept = self.checkpoint_path if self.checkpoint_path.exists() else "none written yet"
             raise type(err)(
                 f"training stopped at iteration {self.iteration + 1}: {err}. "
@@ -426,7 +429,8 @@ class Runner:
         """Open the run's logger and start its wall clock."""
         s = self.settings
         logger = Logger(s.run_dir, s.tensorboard and self.rank.main,
-                        purge_step=self.global_step or None)
+                        purge_step=self.global_step or None,
+                        wandb=s.wandb if self.rank.main else None, config=self.config)
         self._clock = (self.train_seconds, time.perf_counter())
         return logger
 
@@ -450,5 +454,6 @@ class Runner:
             self._evaluate(logger)
         self.save()
         self._clock = None
+        logger.upload_checkpoints([self.checkpoint_path, self.best_path], self.global_step)
         logger.close()
         return self.last_eval

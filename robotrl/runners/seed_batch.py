@@ -92,7 +92,7 @@ class SeedBatchRunner:
         except KeyboardInterrupt:
             for runner, logger in zip(self.runners, loggers, strict=True):
                 runner.save()
-                logger.close()
+                logger.close(failed=True)
             console.print(f"[yellow]interrupted: every seed's checkpoint saved "
                           f"({', '.join(str(r.checkpoint_path) for r in self.runners)})[/yellow]")
             raise
@@ -102,7 +102,7 @@ class SeedBatchRunner:
             if i in self.batch.stopped:
                 runner.save()  # its last good parameters, resumable alone
                 runner._clock = None
-                logger.close()
+                logger.close(failed=True)
                 results.append(None)
             else:
                 results.append(runner._finish(logger))
