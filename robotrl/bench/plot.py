@@ -114,10 +114,21 @@ def load_curves(paths: list[str], metrics: list[str], x: str = "steps") -> list[
     return curves
 
 
-def plot_curves(curves: list[Curve], metrics: list[str], x: str, out: str | Path) -> Path:
-    """One panel per metric, a line and a shaded 95% interval per curve; written to ``out``
-    (.png, .svg or .pdf) through a temporary file and a rename. Needs matplotlib (the ``plot``
-    extra)."""
+@dataclass
+class Line:
+    """One curve of one panel: a label and (mean, low, high) at each x."""
+
+    label: str
+    x: list[float]
+    y: list[tuple[float, float, float]]
+
+
+def draw_panels(panels: dict[str, list[Line]], xlabel: str, out: str | Path,
+                ylabel: str = "", cols: int = 4) -> Path:
+    """A figure of one panel per key of ``panels`` (its title), each line its mean with a shaded
+    interval, one colour per label across panels, written to ``out`` (.png, .svg or .pdf)
+    through a temporary file and a rename: what ``robotrl plot`` and the benchmark reports
+    draw. Needs matplotlib (the ``plot`` extra)."""
     out = Path(out)
     if out.suffix.lower() not in FORMATS:
         raise ValueError(f"out={out}: the figure's extension must be one of {', '.join(FORMATS)}")
@@ -128,27 +139,41 @@ def plot_curves(curves: list[Curve], metrics: list[str], x: str, out: str | Path
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("plotting needs matplotlib: pip install 'robotrl[plot]'") from None
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.6), squeeze=False)
-    for ax, metric in zip(axes[0], metrics, strict=True):
-        for curve in curves:
-            if metric not in curve.y:
-                continue
-            mean, low, high = (list(v) for v in zip(*curve.y[metric], strict=True))
-            line, = ax.plot(curve.x, mean, label=f"{curve.label} (n={len(curve.runs)})",
-                            marker="o" if len(curve.x) < 15 else None, markersize=3)
-            ax.fill_between(curve.x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-        ax.set_xlabel("env steps (updates offline)" if x == "steps" else "wall-clock minutes")
-        ax.set_title(metric)
+    labels = list(dict.fromkeys(line.label for lines in panels.values() for line in lines))
+    colors = {label: plt.get_cmap("tab10")(i % 10) for i, label in enumerate(labels)}
+    cols = max(1, min(cols, len(panels)))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False,
+                             layout="constrained")  # room for the shared axis labels
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (title, lines) in zip(axes.flat, panels.items(), strict=False):
+        for line in lines:
+            mean, low, high = (list(v) for v in zip(*line.y, strict=True))
+            ax.plot(line.x, mean, label=line.label, color=colors[line.label],
+                    marker="o" if len(line.x) < 15 else None, markersize=3)
+            ax.fill_between(line.x, low, high, color=colors[line.label], alpha=0.2, linewidth=0)
+        ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
+    axes.flat[0].legend(fontsize=8)
+    fig.supxlabel(xlabel)
+    if ylabel:
+        fig.supylabel(ylabel)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=out.suffix, dir=out.parent)
     os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
         os.replace(tmp, out)
     finally:
         plt.close(fig)
         Path(tmp).unlink(missing_ok=True)
     return out
+
+
+def plot_curves(curves: list[Curve], metrics: list[str], x: str, out: str | Path) -> Path:
+    """One panel per metric, a line and a shaded 95% interval per curve (``draw_panels``)."""
+    panels = {metric: [Line(f"{c.label} (n={len(c.runs)})", c.x, c.y[metric])
+                       for c in curves if metric in c.y] for metric in metrics}
+    xlabel = "env steps (updates offline)" if x == "steps" else "wall-clock minutes"
+    return draw_panels(panels, xlabel, out, cols=len(metrics))

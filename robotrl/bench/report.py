@@ -208,49 +208,31 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
 
 # ------------------------------------------------------------------------------ figures
 def figures(grid: Grid, records: list[dict[str, Any]], folder: Path) -> list[str]:
-    """Learning curves per target (mean and min-max over seeds, every contestant) as one PNG
+    """Learning curves per target (every contestant's mean with a 95% interval over seeds,
+    ``robotrl.bench.plot.draw_panels``, as ``robotrl plot`` draws run directories) as one PNG
     per budget; none (with a note) when matplotlib (the ``plot`` extra) is missing."""
-    try:
-        import matplotlib
+    from robotrl.bench.plot import Line, draw_panels
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no figures: matplotlib is missing (pip install 'robotrl[plot]')")
-        return []
-    from robotrl.checkpoint import atomic_open
-
-    folder.mkdir(parents=True, exist_ok=True)
-    names = contestants(grid)
-    colors = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(names)}
     written = []
     for budget in grid.budgets:
-        targets = grid.targets
-        cols = min(4, len(targets))
-        rows = -(-len(targets) // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
-        for ax in axes.flat[len(targets):]:
-            ax.set_visible(False)
-        for ax, target in zip(axes.flat, targets, strict=False):
-            for who in names:
+        panels: dict[str, list[Line]] = {}
+        for target in grid.targets:
+            lines = panels.setdefault(target.split("/", 1)[-1], [])
+            for who in contestants(grid):
                 curves = [r["curve"] for r in records if "curve" in r and r["target"] == target
                           and contestant(r) == who and r["budget"] == budget and r["curve"]["steps"]]
-                if not curves:
-                    continue
-                n = min(len(c["score"]) for c in curves)
-                y = np.array([c["score"][:n] for c in curves])
-                x = curves[0]["steps"][:n]
-                ax.plot(x, y.mean(0), color=colors[who], label=who)
-                ax.fill_between(x, y.min(0), y.max(0), color=colors[who], alpha=0.15)
-            ax.set_title(target.split("/", 1)[-1], fontsize=9)
-            ax.grid(alpha=0.3)
-        axes.flat[0].legend(fontsize=7)
-        fig.supxlabel("gradient updates" if grid.offline else "env steps")
-        fig.supylabel(f"{grid.metric} (mean, min-max over seeds)")
+                if curves:
+                    n = min(len(c["score"]) for c in curves)
+                    lines.append(Line(who, [float(s) for s in curves[0]["steps"][:n]],
+                                      [stats.mean_interval([c["score"][i] for c in curves])
+                                       for i in range(n)]))
         path = folder / f"{grid.name}-{budget}-curves.png"
-        with atomic_open(path, "wb") as f:
-            fig.savefig(f, format="png", dpi=100, bbox_inches="tight")
-        plt.close(fig)
+        try:
+            draw_panels(panels, "gradient updates" if grid.offline else "env steps", path,
+                        ylabel=f"{grid.metric} (mean, 95% interval over seeds)")
+        except ValueError as err:  # matplotlib missing
+            print(f"no figures: {err}")
+            return written
         written.append(str(path))
     return written
 
