@@ -1,0 +1,95 @@
+"""Pages generated at build time (mkdocs-gen-files runs this file), so they cannot drift.
+
+- ``reference/``: one API page per public module (every module of ``robotrl``, ``robotrl.envs``,
+  ``robotrl.algos`` and ``robotrl.sim2real`` but the CLI and ``_private`` ones), rendered by
+  mkdocstrings from the docstrings, and the navigation over them (``SUMMARY.md``, read by
+  mkdocs-literate-nav).
+- ``results/``: every benchmark grid's report, computed by the harness's report code from the
+  grid's committed results file (the compact records of its run directories) exactly as
+  ``robotrl bench report GRID --check`` computes it, with its figures.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import shutil
+from pathlib import Path
+
+import mkdocs_gen_files
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("robotrl", "robotrl.envs", "robotrl.algos", "robotrl.sim2real")
+SKIPPED = ("robotrl.cli",)  # commands, documented in the guides; not an API
+
+
+def api_source_tree() -> None:
+    """``build/api_src/robotrl``: a copy of the package's sources laid out as installed
+    (``envs/`` as ``robotrl/envs`` and so on), where mkdocstrings reads them (``paths`` in
+    mkdocs.yml): griffe finds modules by folder and follows neither setuptools' ``package-dir``
+    mapping nor symlinks out of its search path."""
+    tree = ROOT / "build" / "api_src" / "robotrl"
+    shutil.rmtree(tree, ignore_errors=True)
+    skip = shutil.ignore_patterns("__pycache__", "*.yaml", "*.xml")
+    shutil.copytree(ROOT / "robotrl", tree, ignore=skip)
+    for name in ("envs", "algos", "sim2real"):
+        shutil.copytree(ROOT / name, tree / name, ignore=skip)
+
+
+def public_modules() -> list[str]:
+    """Every importable public module name, sorted."""
+    names = set(PACKAGES)
+    for package in PACKAGES:
+        path = importlib.import_module(package).__path__
+        for info in pkgutil.walk_packages(path, package + "."):
+            if not any(part.startswith("_") for part in info.name.split(".")):
+                names.add(info.name)
+    return sorted(n for n in names if not n.startswith(SKIPPED))
+
+
+def reference_pages() -> None:
+    nav = mkdocs_gen_files.Nav()
+    for name in public_modules():
+        parts = tuple(name.split("."))
+        page = Path("reference", *parts[1:] or ("robotrl",), "index.md")
+        nav[parts] = page.relative_to("reference").as_posix()
+        with mkdocs_gen_files.open(page, "w") as f:
+            f.write(f"# `{name}`\n\n::: {name}\n")
+    with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as f:
+        f.writelines(nav.build_literate_nav())
+
+
+def result_pages() -> None:
+    from robotrl.bench.grid import load_grid
+    from robotrl.bench.harness import committed_records
+    from robotrl.bench.report import report
+
+    index = ["# Benchmark results\n\n",
+             "Each table below is computed when the site is built from a benchmark grid's "
+             "committed results file (`benchmarks/results/*.json`: the compact record of every "
+             "finished cell's run directory), by the same code as `robotrl bench report`. "
+             "How to run a grid: [Benchmark a learner](../guides/benchmarks.md).\n\n"]
+    for path in sorted((ROOT / "benchmarks" / "grids").glob("*.yaml")):
+        grid = load_grid(path)
+        if not grid.results_path.is_file():
+            continue
+        records = committed_records(grid)
+        machines = sorted({r["machine"] for r in records if r.get("machine")})
+        text, _ = report(grid, records, machines, with_figures=False)
+        name = path.stem
+        with mkdocs_gen_files.open(f"results/{name}.md", "w") as f:
+            f.write(text)
+            f.write(f"\n\nGrid: `benchmarks/grids/{path.name}`; results: "
+                    f"`{grid.results_path}`.\n")
+        for figure in (grid.report_path.parent / "figures").glob(f"{grid.name}-*.png"):
+            with mkdocs_gen_files.open(f"results/figures/{figure.name}", "wb") as f:
+                f.write(figure.read_bytes())
+        title = text.splitlines()[0].lstrip("# ")
+        index.append(f"- [{title}]({name}.md)\n")
+    with mkdocs_gen_files.open("results/index.md", "w") as f:
+        f.writelines(index)
+
+
+api_source_tree()
+reference_pages()
+result_pages()
