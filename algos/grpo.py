@@ -207,7 +207,7 @@ class GRPO:
 
     Attributes:
         policy: the policy being trained (raw observations in).
-        ref_policy: frozen copy of the initial policy (the KL reference).
+        ref_policy: the initial policy, frozen (the KL reference: ``policy.reference()``).
         horizon: T, steps of a round.
         generator: drives action sampling and minibatch shuffling.
     """
@@ -289,10 +289,13 @@ class GRPO:
         return ("policy",)
 
     def _set_policy(self, policy: GaussianPolicy | TokenPolicy) -> None:
-        """Train ``policy`` from here: it becomes the KL reference, with a fresh optimizer."""
+        """Train ``policy`` from here: it becomes the KL reference (the policy's ``reference``:
+        a frozen copy, or the shared LM with its LoRA adapters off), with a fresh optimizer
+        over its trainable parameters."""
         self.policy = policy.to(self.device)
-        self.ref_policy = copy.deepcopy(self.policy).requires_grad_(False)
-        self.optimizer = adam(self.policy.parameters(), self.cfg.learning_rate)
+        self.ref_policy = self.policy.reference()  # first: it may restructure the policy
+        trainable = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = adam(trainable, self.cfg.learning_rate)
         self.step = GradientStep("GRPO", "policy", self.optimizer,
                                  max_grad_norm=self.cfg.max_grad_norm)
 
@@ -312,8 +315,9 @@ class GRPO:
         self.update_normalizer = False
 
     def init_from_policy(self, policy: TokenPolicy) -> None:
-        """Start from a trained token policy (BC's): a copy is trained, the original is the KL
-        reference."""
+        """Start from a trained token policy (BC's): a copy is trained, and the KL reference is
+        that copy as it starts (``reference``; a LoRA policy's adapters are merged into its LM
+        first)."""
         if tuple(policy.observations) != self.groups or policy.arch != self.policy.arch:
             raise ValueError(f"the init policy ({policy.arch.get('kind')}, reading "
                              f"{list(policy.observations)}) differs from this run's "
@@ -421,7 +425,7 @@ class GRPO:
         if steps == 0:
             return self._end_batch()
         batch = {k: v[:b] for k, v in self._batch.items()}
-        params = list(self.policy.parameters())
+        params = self.step.params  # the trained ones (frozen LM weights cannot change)
         rows: list[torch.Tensor] = []
         keys: tuple[str, ...] = ()
         for epoch in range(cfg.num_epochs):

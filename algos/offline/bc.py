@@ -73,7 +73,9 @@ class TokenBC:
         self.policy = policy.to(self.device)
         self.groups = tuple(policy.observations)
         self.chunk = spec.action_dim // policy.tokenizer.low.numel()
-        self.optimizer = adam(self.policy.parameters(), cfg.actor_lr)
+        # the trainable parameters only: a LoRA policy's LM weights are frozen
+        self.optimizer = adam([p for p in self.policy.parameters() if p.requires_grad],
+                              cfg.actor_lr)
         self.grad_step = GradientStep(self.NAME, "actor", self.optimizer)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())

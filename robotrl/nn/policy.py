@@ -3,6 +3,7 @@ critic-free ``GaussianPolicy`` of GRPO."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import torch
@@ -237,6 +238,11 @@ class GaussianPolicy(nn.Module):
     def deterministic(self, obs: Obs | torch.Tensor) -> torch.Tensor:
         """Mean action clipped to the bounds: [B, act_dim]."""
         return torch.clamp(self.mean(policy_obs(obs)), self.low, self.high)
+
+    def reference(self) -> GaussianPolicy:
+        """A frozen copy: its ``evaluate`` gives this policy's present log-probabilities (GRPO's
+        KL reference; the token policies' ``reference`` has the same contract)."""
+        return copy.deepcopy(self).requires_grad_(False)
 
     def export(self) -> DeterministicActor:
         """Frozen copy of ``deterministic`` for sim2real export."""

@@ -10,13 +10,20 @@ Decoding uses the LM's KV cache (``use_cache=True``), one position per step.
 
 The LM comes from ``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` (a
 directory written by ``save_pretrained``) or, with ``path=""``, from a tiny random config of
-``model_type``. Needs ``pip install 'robotrl[vla]'``.
+``model_type``. With ``lora=r`` the LM's weights stay frozen and ``peft`` LoRA adapters of rank r
+are trained (Hu et al. 2021), with the layers robotrl adds around the LM; GRPO's KL reference is
+then the same LM with its adapters off, not a second copy of it (``HFTokenPolicy.reference``).
+Needs ``pip install 'robotrl[vla]'``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
+import importlib.util
 import inspect
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,6 +36,10 @@ from robotrl.vla.policy import TokenPolicy
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 """Values of ``HFPolicyConfig.dtype``."""
+VLA_EXTRA = "pip install 'robotrl[vla]'"
+"""What installs ``transformers`` and ``peft``."""
+ADAPTER = "default"
+"""The name of the policy's LoRA adapter in ``peft``."""
 
 
 @dataclasses.dataclass
@@ -62,6 +73,16 @@ class HFPolicyConfig:
     """Instruction word ids are below this (tabletop's vocabulary is smaller)."""
     dtype: str = "float32"
     """The LM's and adapters' parameter dtype: float32, bfloat16 or float16."""
+    lora: int = 0
+    """LoRA rank: train rank-``lora`` adapters of the LM with ``peft`` and freeze the LM's own
+    weights (the image, proprioception and BOS layers around the LM are new: trained in full);
+    0: train every weight. No adapter dropout: the LM runs in eval mode (``HFTokenPolicy``)."""
+    lora_alpha: int = 16
+    """LoRA scale numerator: an adapter adds ``lora_alpha / lora * B A x`` (OpenVLA: 16)."""
+    lora_targets: str = "all-linear"
+    """The LM modules that get adapters (peft's ``target_modules``): "all-linear", every linear
+    layer but the output head (as OpenVLA), or a regex the full module names match, e.g.
+    ``.*(q_proj|v_proj)`` (Llama, Qwen2, Mistral) or ``.*c_attn`` (GPT-2)."""
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "layers", "heads", "vocab_size", "chunk", "bins", "patch",
@@ -76,6 +97,11 @@ class HFPolicyConfig:
             raise ValueError(f"policy.temperature must be > 0, got {self.temperature}")
         if self.dtype not in DTYPES:
             raise ValueError(f"policy.dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.lora < 0 or self.lora_alpha < 1:
+            raise ValueError(f"policy.lora must be >= 0 and policy.lora_alpha >= 1, got "
+                             f"{self.lora} and {self.lora_alpha}")
+        if self.lora and importlib.util.find_spec("peft") is None:  # before anything is written
+            raise ValueError(f"policy.lora={self.lora} needs peft: {VLA_EXTRA}")
         if not self.path:
             if self.hidden_size % self.heads:
                 raise ValueError(f"policy.hidden_size ({self.hidden_size}) must be a multiple "
@@ -99,9 +125,17 @@ def _require_transformers() -> ModuleType:
     try:
         import transformers
     except ImportError as err:
-        raise ImportError("policy=hf needs Hugging Face transformers: "
-                          "pip install 'robotrl[vla]'") from err
+        raise ImportError(f"policy=hf needs Hugging Face transformers: {VLA_EXTRA}") from err
     return transformers
+
+
+def _require_peft() -> ModuleType:
+    """The ``peft`` module, or an ImportError that names the extra to install."""
+    try:
+        import peft
+    except ImportError as err:
+        raise ImportError(f"policy.lora needs peft: {VLA_EXTRA}") from err
+    return peft
 
 
 def _random_config(cfg: HFPolicyConfig, transformers: ModuleType) -> Any:
@@ -164,6 +198,27 @@ def load_lm(cfg: HFPolicyConfig) -> nn.Module:
     return lm.to(getattr(torch, cfg.dtype))
 
 
+def add_lora(lm: nn.Module, cfg: HFPolicyConfig) -> nn.Module:
+    """``lm`` with fresh rank-``cfg.lora`` adapters on its ``cfg.lora_targets`` (A random, B
+    zero: the outputs are unchanged); only the adapters require gradients.
+
+    ``peft.LoraModel`` rather than ``get_peft_model``: its ``PeftModel`` wrapper adds nothing
+    used here, and peft 0.21 reads ``is_gradient_checkpointing`` there, deprecated in
+    transformers 5 (a FutureWarning on every build).
+    """
+    peft = _require_peft()
+    from transformers.pytorch_utils import Conv1D
+
+    config = peft.LoraConfig(
+        r=cfg.lora, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules=cfg.lora_targets,
+        # GPT-2's linear layers are Conv1D, their weights stored transposed
+        fan_in_fan_out=any(isinstance(m, Conv1D) for m in lm.modules()))
+    try:
+        return peft.LoraModel(lm, config, ADAPTER)
+    except ValueError as err:  # no module matches the targets: peft lists the model's
+        raise ValueError(f"policy.lora_targets={cfg.lora_targets!r}: {err}") from None
+
+
 class HFTokenPolicy(TokenPolicy):
     """Prefix [image patches, instruction words, proprioception, BOS] then action tokens, run
     by a ``transformers`` causal LM (``self.lm``).
@@ -182,6 +237,7 @@ class HFTokenPolicy(TokenPolicy):
         super().__init__(cfg, image_shape, words, proprio_dim, action_low, action_high)
         c = image_shape[0]
         self.lm = load_lm(cfg)
+        params = inspect.signature(self.lm.forward).parameters  # peft's forward takes **kwargs
         emb = self.lm.get_input_embeddings()
         vocab, d, dtype = emb.num_embeddings, emb.embedding_dim, emb.weight.dtype
         out = self.lm.get_output_embeddings()
@@ -195,13 +251,14 @@ class HFTokenPolicy(TokenPolicy):
         self.proprio = nn.Linear(proprio_dim, d, dtype=dtype)
         scale = emb.weight.detach().float().std()  # the scale of the LM's own token embeddings
         self.bos = nn.Parameter((torch.randn(d) * scale).to(dtype))
-        params = inspect.signature(self.lm.forward).parameters
         # only the last positions' logits are needed (renamed from num_logits_to_keep in 4.50)
         self._keep_arg = next((k for k in ("logits_to_keep", "num_logits_to_keep")
                                if k in params), None)
         # the KV cache argument and output: ``cache`` since transformers 5.x (``past_key_values``
         # is deprecated there, to be removed in 5.40), ``past_key_values`` before
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        if cfg.lora:
+            self.lm = add_lora(self.lm, cfg)
         self.lm.eval()
 
     def train(self, mode: bool = True) -> HFTokenPolicy:
@@ -214,14 +271,16 @@ class HFTokenPolicy(TokenPolicy):
         """[..., d] the LM's input embeddings of action ``tokens`` [...] in ``range(bins)``."""
         return self.lm.get_input_embeddings()(tokens.long() + self.action_offset)
 
-    def _prefix(self, obs: Obs) -> torch.Tensor:
-        """[N, prefix_len, d] embeddings of the observation and BOS."""
-        dtype = self.bos.dtype
+    def _prefix(self, obs: Obs, layers: nn.Module | None = None) -> torch.Tensor:
+        """[N, prefix_len, d] embeddings of the observation and BOS, through ``layers``'
+        ``patches``, ``proprio`` and ``bos`` (None: this policy's; ``LoRAReference``'s)."""
+        own = self if layers is None else layers
+        dtype = own.bos.dtype
         image = obs["image"].to(dtype) / 255.0 - 0.5
-        patches = self.patches(image).flatten(2).transpose(1, 2)
+        patches = own.patches(image).flatten(2).transpose(1, 2)
         words = self.lm.get_input_embeddings()(obs["tokens"].long() + self.cfg.word_offset)
-        proprio = self.proprio(obs["policy"].to(dtype))[:, None]
-        bos = self.bos.expand(len(image), 1, -1)
+        proprio = own.proprio(obs["policy"].to(dtype))[:, None]
+        bos = own.bos.expand(len(image), 1, -1)
         return torch.cat([patches, words, proprio, bos], 1)
 
     def _run(self, x: torch.Tensor, cache: Any, keep: int, use_cache: bool
@@ -246,8 +305,65 @@ class HFTokenPolicy(TokenPolicy):
         logits, cache = self._run(self._embed_actions(token)[:, None], cache, 1, True)
         return cache, logits[:, -1]
 
-    def forced(self, obs: Obs, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits [N, D, bins] of every action token of ``tokens`` [N, D] in one LM call."""
-        x = torch.cat([self._prefix(obs), self._embed_actions(tokens[:, :-1])], 1)
+    def forced(self, obs: Obs, tokens: torch.Tensor, layers: nn.Module | None = None
+               ) -> torch.Tensor:
+        """Logits [N, D, bins] of every action token of ``tokens`` [N, D] in one LM call
+        (``layers``: as ``_prefix``)."""
+        x = torch.cat([self._prefix(obs, layers), self._embed_actions(tokens[:, :-1])], 1)
         logits, _ = self._run(x, None, tokens.shape[1], False)
         return logits
+
+    # ------------------------------------------------------------------ LoRA
+    @contextlib.contextmanager
+    def adapters_disabled(self) -> Iterator[None]:
+        """Run the LM without its LoRA adapters inside: the base model (what peft's
+        ``PeftModel.disable_adapter`` does for LoRA)."""
+        if not self.cfg.lora:
+            raise RuntimeError("the policy has no LoRA adapters (policy.lora=0)")
+        self.lm.disable_adapter_layers()
+        try:
+            yield
+        finally:
+            self.lm.enable_adapter_layers()
+
+    def _adapters_trained(self) -> bool:
+        """Whether any adapter adds something (a B matrix is not zero)."""
+        return any(bool(p.any()) for n, p in self.lm.named_parameters()
+                   if ".lora_B." in n or ".lora_embedding_B." in n)
+
+    def reference(self) -> nn.Module:
+        """GRPO's KL reference: this policy as it is now, frozen. Without LoRA a frozen copy.
+        With LoRA the same LM with its adapters off (no second copy of the LM) and frozen
+        copies of the small layers trained around it (``LoRAReference``). Adapters that already
+        add something (a policy trained with LoRA before, e.g. BC's given to GRPO as
+        ``init=``) are first merged into the LM's weights and restarted at zero, so that the LM
+        without adapters is this policy (log-probabilities move by the rounding of that sum)."""
+        if not self.cfg.lora:
+            return super().reference()
+        if self._adapters_trained():
+            self.lm = add_lora(self.lm.merge_and_unload(), self.cfg).eval()
+        return LoRAReference(self)
+
+
+class LoRAReference(nn.Module):
+    """The KL reference of a LoRA ``HFTokenPolicy``: the policy's own LM with its adapters off,
+    and frozen copies of the policy's ``patches``, ``proprio`` and ``bos`` as they were. Its
+    ``state_dict`` holds those copies only: the LM is the policy's, and is not registered here.
+    """
+
+    def __init__(self, policy: HFTokenPolicy) -> None:
+        super().__init__()
+        self.patches = copy.deepcopy(policy.patches)
+        self.proprio = copy.deepcopy(policy.proprio)
+        self.bos = nn.Parameter(policy.bos.detach().clone())
+        self.requires_grad_(False)
+        object.__setattr__(self, "policy", policy)  # a plain attribute: not a submodule
+
+    def evaluate(self, obs: Obs, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probabilities, entropies), each [N, D], of ``action`` [N, D]'s tokens under the
+        reference (``TokenPolicy.evaluate``'s contract)."""
+        policy: HFTokenPolicy = self.policy
+        tokens = policy.tokenizer.encode(action)
+        with policy.adapters_disabled():
+            logits = policy.forced(obs, tokens, self)
+        return policy.score(logits, tokens)

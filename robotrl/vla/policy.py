@@ -15,11 +15,12 @@ size), each in ``range(bins)``:
 ``sample`` draws from ``softmax(logits / temperature)`` and returns the log-probabilities of that
 distribution; ``evaluate`` recomputes them (and the entropies) with gradients; the GRPO ratio is
 taken per token between the two (Kim et al. 2025 and Li et al. 2025, "SimpleVLA-RL", sample and
-score at the same temperature).
+score at the same temperature). ``reference`` freezes the policy as it is now for GRPO's KL term.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -129,9 +130,23 @@ class TokenPolicy(nn.Module, ABC):
         """(log-probabilities, entropies), each [N, D], of ``action`` [N, D]'s tokens under the
         tempered distribution, with gradients."""
         tokens = self.tokenizer.encode(action)
-        logp = F.log_softmax(self.forced(obs, tokens).float() / self.temperature, dim=-1)
+        return self.score(self.forced(obs, tokens), tokens)
+
+    def score(self, logits: torch.Tensor, tokens: torch.Tensor
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probabilities of ``tokens`` [N, D], entropies [N, D]) under the tempered
+        distribution of ``logits`` [N, D, bins]."""
+        logp = F.log_softmax(logits.float() / self.temperature, dim=-1)
         entropy = -(logp.exp() * logp).sum(-1)
         return logp.gather(-1, tokens[..., None]).squeeze(-1), entropy
+
+    def reference(self) -> nn.Module:
+        """A frozen module whose ``evaluate(obs, action)`` gives this policy's present
+        log-probabilities from now on, however the policy is trained after (GRPO's KL
+        reference). Here a frozen deep copy; a subclass may share the weights it never trains
+        (``HFTokenPolicy`` with LoRA adapters). Call it before building the optimizer: a
+        subclass may restructure its parameters."""
+        return copy.deepcopy(self).requires_grad_(False)
 
     def log_prob(self, obs: Obs, action: torch.Tensor) -> torch.Tensor:
         """[N, D] per-token log-probabilities of ``action`` at the sampling temperature."""
