@@ -233,6 +233,12 @@ def task_from_dataset(cfg: TrainConfig, overrides: list[str]) -> None:
     if explicit and cfg.env.task != task:
         raise ConfigError(f"env={cfg.env.task} but dataset {cfg.dataset} was recorded on "
                           f"{card.task} (task {task}); drop env= or pick another dataset")
+    # the default run_dir (configs/train.yaml: runs/${env.task}/...) was interpolated with the
+    # default task before the card was read: name the dataset's
+    default_dir = f"runs/{cfg.env.task}/"
+    if (not any(o.split("=", 1)[0].lstrip("+") == "run_dir" for o in overrides)
+            and cfg.run_dir.startswith(default_dir)):
+        cfg.run_dir = f"runs/{task}/" + cfg.run_dir[len(default_dir):]
     cfg.env.task = task
     # the task options the data was recorded with, unless the command sets them itself
     cfg.env.options = {**card.task_options, **cfg.env.options}

@@ -214,3 +214,14 @@ def test_bad_options_are_named(tmp_path, pendulum):
         bench_main(["run", str(nowhere)])
     with pytest.raises(SystemExit, match="usage: robotrl bench"):
         bench_main(["walk", str(path)])
+
+
+def test_an_offline_runs_default_directory_names_the_datasets_task(pendulum) -> None:
+    """The default run_dir (runs/<task>/...) names the task the dataset's card gives, not the
+    default task it was interpolated with before the card was read; an explicit one stays."""
+    from robotrl.experiment import compose
+
+    assert compose(["algo=bc", f"dataset={pendulum}"]).run_dir.startswith(
+        "runs/inverted_pendulum/bc_s0_")
+    assert compose(["algo=bc", f"dataset={pendulum}", "run_dir=runs/halfcheetah/x"]
+                   ).run_dir == "runs/halfcheetah/x"
