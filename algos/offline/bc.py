@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from robotrl.algos.offline.base import OfflineConfig, OfflineLearner, TanhActor
-from robotrl.algos.offline.losses import bc_loss
+from robotrl.algos.offline.losses import auxiliary_mse, bc_loss
 from robotrl.data.dataset import Dataset, DatasetError
 from robotrl.optim import GradientStep, adam
 from robotrl.types import Obs
+from robotrl.vla.policy import token_cross_entropy
 
 if TYPE_CHECKING:
     from robotrl.types import BuildContext, EnvSpec
@@ -21,7 +22,42 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass
 class BCConfig(OfflineConfig):
-    """BC: a deterministic tanh actor trained by mean squared error."""
+    """BC: a deterministic tanh actor trained by mean squared error; with ``policy=vla``, token
+    cross-entropy (``TokenBC``), optionally with the training-time aids of issue 47."""
+
+    aux_weight: float = 0.0
+    """Token policies: weight of an auxiliary loss, the mean squared error of a linear head on
+    the features of the position that predicts the first action token regressing the
+    privileged group ``aux_group`` of the dataset (standardized by its mean and std); the
+    policy never reads the group and acting never uses the head. 0: off."""
+    aux_group: str = "target"
+    """Token policies: the observation group the auxiliary head regresses (tabletop's
+    ``target``, the instructed object's (x, y), recorded by ``robotrl dataset collect``)."""
+    image_shift: int = 0
+    """Token policies: random-shift image augmentation (DrQ, Kostrikov et al. 2020): each
+    sampled image is padded by this many pixels (edges replicated) and cropped back at a
+    uniformly random offset. 0: off."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.aux_weight < 0 or self.image_shift < 0:
+            raise ValueError(f"aux_weight and image_shift must be >= 0, got {self.aux_weight} "
+                             f"and {self.image_shift}")
+
+
+def random_shift(image: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
+    """``image`` [B, C, H, W] padded by ``pad`` pixels (edges replicated) and cropped back to
+    H x W at an offset drawn uniformly in [0, 2 pad]^2 per image with ``generator``: the image
+    shifted by (offset - pad) pixels. Same dtype as ``image``."""
+    b, _, h, w = image.shape
+    padded = torch.nn.functional.pad(image.float(), (pad,) * 4, mode="replicate")
+    dx, dy = torch.randint(0, 2 * pad + 1, (2, b, 1), device=image.device,
+                           generator=generator)
+    rows = (torch.arange(h, device=image.device) + dy)[:, None, :, None]  # [B, 1, H, 1]
+    cols = (torch.arange(w, device=image.device) + dx)[:, None, None, :]  # [B, 1, 1, W]
+    index = torch.arange(b, device=image.device)[:, None, None, None]
+    channel = torch.arange(image.shape[1], device=image.device)[None, :, None, None]
+    return padded[index, channel, rows, cols].to(image.dtype)
 
 
 class BC(OfflineLearner):
@@ -39,6 +75,12 @@ class BC(OfflineLearner):
 
             return TokenBC(build_policy(ctx.policy, spec), spec, cfg, ctx.device)
         return super().build(spec, cfg, ctx)
+
+    @classmethod
+    def token_observations(cls, cfg: BCConfig) -> tuple[str, ...]:
+        """Groups beside the token policy's that ``TokenBC`` reads: ``aux_group`` when the
+        auxiliary loss is on."""
+        return (cfg.aux_group,) if cfg.aux_weight > 0 else ()
 
     def __init__(self, obs_dim: int, action_low: torch.Tensor, action_high: torch.Tensor,
                  cfg: BCConfig, device: str | torch.device = "cpu", seed: int | None = None) -> None:
@@ -73,31 +115,69 @@ class TokenBC:
         self.policy = policy.to(self.device)
         self.groups = tuple(policy.observations)
         self.chunk = spec.action_dim // policy.tokenizer.low.numel()
-        # the trainable parameters only: a LoRA policy's LM weights are frozen
-        self.optimizer = adam([p for p in self.policy.parameters() if p.requires_grad],
-                              cfg.actor_lr)
-        self.grad_step = GradientStep(self.NAME, "actor", self.optimizer)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.aux_head: torch.nn.Linear | None = None
+        """The auxiliary head (``cfg.aux_weight`` > 0): features -> ``cfg.aux_group``; never
+        used to act, not part of the policy (GRPO starts from the policy alone)."""
+        if cfg.aux_weight > 0:
+            if not policy.feature_dim:
+                raise ValueError(f"algo.aux_weight > 0: policy {policy.kind!r} exposes no "
+                                 "features for an auxiliary head; policy=vla does")
+            if cfg.aux_group in spec.observations:  # else built by load_state_dict
+                self._aux(spec.flat_width([cfg.aux_group]))
+        self._optimizer()
         self.obs: torch.Tensor | None = None
         self.labels: torch.Tensor | None = None
+        self.aux_target: torch.Tensor | None = None
         self.num_updates = 0
+
+    def _aux(self, width: int) -> None:
+        self.aux_head = torch.nn.Linear(self.policy.feature_dim, width).to(self.device)
+        self.aux_stats = torch.zeros(2, width, device=self.device)  # dataset mean, std
+
+    def _optimizer(self) -> None:
+        # the trainable parameters only: a LoRA policy's LM weights are frozen
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        if self.aux_head is not None:
+            params += list(self.aux_head.parameters())
+        self.optimizer = adam(params, self.cfg.actor_lr)
+        self.grad_step = GradientStep(self.NAME, "actor", self.optimizer)
 
     def attach(self, data: Dataset) -> None:
         """Keep the observations and each row's action-chunk label on the learner's device."""
         where = data.card.source or data.card.dataset_id or "dataset"
-        if list(data.card.observations) != list(self.groups):
-            raise DatasetError(f"{where} records observation groups {data.card.observations}; "
-                               f"the token policy reads {list(self.groups)}: collect it with "
-                               "robotrl dataset collect kind=scripted")
-        data.check_spec(self.spec.flat_width(self.groups), self.policy.tokenizer.low.numel())
+        recorded = list(data.card.observations)
+        aux = () if self.aux_head is None else (self.cfg.aux_group,)
+        if recorded[: len(self.groups)] != list(self.groups) or not set(aux) <= set(recorded):
+            raise DatasetError(f"{where} records observation groups {recorded}; the token "
+                               f"policy reads {list(self.groups)} (first, in this order)"
+                               f"{f' and algo.aux_weight needs {aux[0]!r}' if aux else ''}: "
+                               "collect it with robotrl dataset collect kind=scripted")
+        # groups past the policy's (privileged ones) are read only by auxiliary losses
+        columns, at = {}, 0
+        for group in recorded:
+            if group not in self.spec.observations:  # the learner's worlds lack it: unread
+                break
+            columns[group] = slice(at, at + self.spec.flat_width([group]))
+            at = columns[group].stop
+        width = self.spec.flat_width(self.groups)
+        # every group known: the exact width; else at least up to the last group read
+        data.check_spec(at if len(columns) == len(recorded) else max(data.obs_dim, at),
+                        self.policy.tokenizer.low.numel())
         data = data.to(self.device)
         rows = torch.arange(len(data), device=self.device)
         last = data.episode_ends()[data.episode_ids()] - 1
         steps = torch.minimum(rows[:, None] + torch.arange(self.chunk, device=self.device),
                               last[:, None])
-        self.obs, self.labels = data.observations, data.actions[steps].flatten(1)
+        obs = data.observations
+        self.obs = obs if obs.shape[1] == width else obs[:, :width]
+        self.labels = data.actions[steps].flatten(1)
+        if aux:
+            self.aux_target = obs[:, columns[aux[0]]].clone()
+            std = self.aux_target.std(0).clamp_min(1e-6)
+            self.aux_stats = torch.stack([self.aux_target.mean(0), std])
 
     def update(self, progress: float = 0.0) -> dict[str, float]:
         """``cfg.updates_per_iteration`` gradient steps on batches of ``cfg.batch_size`` rows."""
@@ -108,12 +188,29 @@ class TokenBC:
             idx = torch.randint(len(self.obs), (self.cfg.batch_size,), device=self.device,
                                 generator=self.generator)
             obs = self.spec.unflatten(self.obs[idx], self.groups)
-            loss, metrics = self.policy.bc_loss(obs, self.labels[idx])
+            if self.cfg.image_shift:
+                obs["image"] = random_shift(obs["image"], self.cfg.image_shift, self.generator)
+            if self.aux_head is None:
+                loss, metrics = self.policy.bc_loss(obs, self.labels[idx])
+            else:
+                loss, metrics = self._aux_loss(obs, idx)
             metrics[self.grad_step.metric] = self.grad_step(loss, f"update {self.num_updates}")
             self.num_updates += 1
             rows.append(torch.stack(list(metrics.values())))
         means = torch.stack(rows).mean(0).tolist()
         return {**dict(zip(metrics, means, strict=True)), "train/updates": float(self.num_updates)}
+
+    def _aux_loss(self, obs: Obs, idx: torch.Tensor
+                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Token cross-entropy plus ``aux_weight`` x the auxiliary head's squared error on the
+        standardized ``aux_group`` of rows ``idx``."""
+        assert self.aux_head is not None and self.aux_target is not None
+        tokens = self.policy.tokenizer.encode(self.labels[idx])  # type: ignore[index]
+        logits, features = self.policy.forced_features(obs, tokens)
+        loss, metrics = token_cross_entropy(logits, tokens)
+        target = (self.aux_target[idx] - self.aux_stats[0]) / self.aux_stats[1]
+        aux, aux_metrics = auxiliary_mse(self.aux_head(features.float()), target)
+        return loss + self.cfg.aux_weight * aux, {**metrics, **aux_metrics}
 
     @torch.no_grad()
     def act_deterministic(self, obs: Obs) -> torch.Tensor:
@@ -128,15 +225,30 @@ class TokenBC:
                                   "export covers MLP actors only")
 
     def state_dict(self) -> dict[str, Any]:
-        return {"arch": dict(self.policy.arch), "policy": self.policy.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "generator": self.generator.get_state(), "num_updates": self.num_updates}
+        state = {"arch": dict(self.policy.arch), "policy": self.policy.state_dict(),
+                 "optimizer": self.optimizer.state_dict(),
+                 "generator": self.generator.get_state(), "num_updates": self.num_updates}
+        if self.aux_head is not None:
+            state["aux_head"] = {**self.aux_head.state_dict(), "stats": self.aux_stats}
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["arch"] != self.policy.arch:
             raise ValueError(f"checkpoint policy {state['arch']} differs from this run's "
                              f"{self.policy.arch}")
         self.policy.load_state_dict(state["policy"])
+        if ("aux_head" in state) != (self.cfg.aux_weight > 0):
+            raise ValueError("the checkpoint's and this run's algo.aux_weight disagree on an "
+                             "auxiliary head")
+        if "aux_head" in state:
+            head = dict(state["aux_head"])
+            stats = head.pop("stats")
+            if self.aux_head is None:  # acting worlds without the group (GRPO's init)
+                self._aux(stats.shape[1])
+                self._optimizer()
+            assert self.aux_head is not None
+            self.aux_head.load_state_dict(head)
+            self.aux_stats = stats.to(self.device)
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"].cpu())
         self.num_updates = int(state["num_updates"])

@@ -25,6 +25,14 @@ def bc_loss(action: torch.Tensor, data_action: torch.Tensor) -> tuple[torch.Tens
     return loss, {"loss/actor": loss.detach()}
 
 
+def auxiliary_mse(prediction: torch.Tensor, target: torch.Tensor
+                  ) -> tuple[torch.Tensor, Metrics]:
+    """An auxiliary head's mean squared error over batch and features: [B, F] -> []
+    (``loss/aux``)."""
+    loss = (prediction - target).square().mean()
+    return loss, {"loss/aux": loss.detach()}
+
+
 def td3bc_actor_loss(q: torch.Tensor, action: torch.Tensor, data_action: torch.Tensor,
                      alpha: float) -> tuple[torch.Tensor, Metrics]:
     """TD3+BC's policy loss (Fujimoto & Gu 2021, eq. 3): -lambda Q(s, pi(s)) + (pi(s) - a)^2.

@@ -21,7 +21,9 @@ GRPO's groups carry them. Observation groups: ``policy`` (gripper position: no v
 demonstrations move at a steady speed and a cloned policy would copy its own velocity instead of
 reading the image, the causal confusion of de Haan et al. 2019),
 ``tokens`` (the instruction's word ids, ``VOCAB``), ``image`` (the ``top`` camera, rendered by
-``robotrl.envs.camera.RayCamera`` in the backend).
+``robotrl.envs.camera.RayCamera`` in the backend), and ``target`` (privileged: the instructed
+object's (x, y), which ``robotrl dataset collect`` records for auxiliary losses during
+behaviour cloning, issue 47; no policy reads it).
 """
 
 from __future__ import annotations
@@ -261,12 +263,15 @@ class Tabletop(MujocoTask):
 
     def observation_groups(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
         size = self.cfg.image_size
-        return {"tokens": ((MAX_WORDS,), torch.long), "image": ((3, size, size), torch.uint8)}
+        return {"tokens": ((MAX_WORDS,), torch.long), "image": ((3, size, size), torch.uint8),
+                "target": ((2,), torch.float32)}
 
     def observe_group(self, name: str, sim: Sim) -> torch.Tensor:
-        if name != "tokens":
-            return super().observe_group(name, sim)
-        return self.tokens(sim)
+        if name == "tokens":
+            return self.tokens(sim)
+        if name == "target":  # privileged: for training-time auxiliary losses only
+            return self.target_xy(sim).float()
+        return super().observe_group(name, sim)
 
     def geom_colors(self, sim: Sim) -> torch.Tensor:
         """[N, ngeom, 3] float32: every geom's colour, objects recoloured per world."""

@@ -27,12 +27,15 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
     Training envs use ``cfg.randomization``; evaluation envs (``train=False``) the nominal
     physics unless ``randomization`` (a preset name or config) is given.
     """
-    observations = algorithm(cfg.algo).learner_class().observations(cfg.algo)
+    learner = algorithm(cfg.algo).learner_class()
+    observations = learner.observations(cfg.algo)
     token_policy = policy_name(cfg.policy) != "mlp"
     if token_policy:
         from robotrl.vla import TokenPolicy
 
-        observations = TokenPolicy.observations
+        # and the privileged groups a token learner's auxiliary losses read (never the policy)
+        extra = getattr(learner, "token_observations", None)
+        observations = (*TokenPolicy.observations, *(extra(cfg.algo) if extra else ()))
     kwargs = dict(cfg.env.options)
     if cfg.backend.name == "mujoco":
         kwargs["num_threads"] = cfg.backend.num_threads

@@ -49,6 +49,9 @@ class TokenPolicy(nn.Module, ABC):
     """Observation groups the policy reads."""
     normalizer = None  # read by learners that fold observations into a normalizer
 
+    feature_dim: int = 0
+    """Width of ``forced_features``' features (0: the policy has none)."""
+
     kind: ClassVar[str]
     """Registry name (``robotrl.registry.POLICIES``), stored in ``arch``."""
     config_cls: ClassVar[type]
@@ -96,6 +99,13 @@ class TokenPolicy(nn.Module, ABC):
     @abstractmethod
     def forced(self, obs: Obs, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [N, D, bins] of every token given the ones before it (``tokens`` [N, D])."""
+
+    def forced_features(self, obs: Obs, tokens: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(``forced``'s logits [N, D, bins], features [N, feature_dim] of the position that
+        predicts the first action token), for training-time auxiliary heads (issue 47)."""
+        raise NotImplementedError(f"policy {self.kind!r} exposes no features for auxiliary "
+                                  "losses; policy=vla does")
 
     # ------------------------------------------------------------------ decoding
     def _decode(self, obs: Obs, generator: torch.Generator | None
@@ -157,7 +167,14 @@ class TokenPolicy(nn.Module, ABC):
         """Token cross-entropy of the demonstrated ``action`` [N, D] (temperature 1):
         ``(loss [], {"loss/bc", "train/token_accuracy"})``."""
         tokens = self.tokenizer.encode(action)
-        logits = self.forced(obs, tokens).float()
-        loss = F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
-        accuracy = (logits.argmax(-1) == tokens).float().mean()
-        return loss, {"loss/bc": loss.detach(), "train/token_accuracy": accuracy.detach()}
+        return token_cross_entropy(self.forced(obs, tokens), tokens)
+
+
+def token_cross_entropy(logits: torch.Tensor, tokens: torch.Tensor
+                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Mean cross-entropy of ``tokens`` [N, D] under ``logits`` [N, D, bins] (temperature 1):
+    ``(loss [], {"loss/bc", "train/token_accuracy"})``."""
+    logits = logits.float()
+    loss = F.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+    accuracy = (logits.argmax(-1) == tokens).float().mean()
+    return loss, {"loss/bc": loss.detach(), "train/token_accuracy": accuracy.detach()}

@@ -40,6 +40,11 @@ class VLAConfig:
     keypoints: int = 16
     """Spatial-softmax keypoint tokens beside the patches (Levine et al. 2016): each is the
     expected image position of one learned per-pixel feature; 0: patches only."""
+    film: bool = False
+    """FiLM-condition the per-pixel features of the patches and keypoints on the instruction
+    (Perez et al. 2018): a scale and shift from the mean of its word embeddings, zero at
+    initialization, so a keypoint can find the named object (issue 47). False: the image is
+    read without the words, which only the transformer blocks combine with it."""
 
     def __post_init__(self) -> None:
         if self.keypoints < 0:
@@ -122,33 +127,54 @@ class VLATransformer(TokenPolicy):
         self.pos = nn.Parameter(torch.randn(self.prefix_len + self.num_tokens, d) * 0.02)
         self.blocks = nn.ModuleList(Block(d, cfg.heads) for _ in range(cfg.layers))
         self.ln = nn.LayerNorm(d)
+        self.feature_dim = d
         self.head = nn.Linear(d, cfg.bins)
         nn.init.zeros_(self.head.weight)  # uniform initial action distribution
         nn.init.zeros_(self.head.bias)
+        if cfg.film:  # built last: the other parameters are initialized as without it
+            self.film = nn.Linear(d, 2 * (d // 4 + (d // 2 if cfg.keypoints else 0)))
+            nn.init.zeros_(self.film.weight)
+            nn.init.zeros_(self.film.bias)
 
     def _prefix(self, obs: Obs) -> torch.Tensor:
         """[N, prefix_len, dim] embeddings of the observation and BOS."""
         image = obs["image"].float() / 255.0 - 0.5
         image = torch.cat([image, self.coords.expand(len(image), -1, -1, -1)], 1)
         image = image.permute(0, 2, 3, 1)  # [N, H, W, C + 2], channels last
+        words = self.words(obs["tokens"].long())
         pixels = self.pixels(image)
+        if self.cfg.film:  # [N, 1, 1, F] scales and shifts from the instruction's words
+            real = (obs["tokens"] != 0).float()[..., None]
+            bag = (words * real).sum(1) / real.sum(1).clamp_min(1)
+            film = self.film(bag)[:, None, None]
+            f = pixels.shape[-1]
+            pixels = pixels * (1 + film[..., :f]) + film[..., f:2 * f]
         n, h, w, f = pixels.shape
         p = self.cfg.patch
         patches = self.patches(pixels.reshape(n, h // p, p, w // p, p, f).transpose(2, 3)
                                .reshape(n, (h // p) * (w // p), p * p * f))
         if self.cfg.keypoints:  # spatial softmax: where each feature's heat map peaks
+            hidden = self.heat[1](self.heat[0](image))
+            if self.cfg.film:  # the heat maps' hidden features too: a keypoint per meaning
+                g = hidden.shape[-1]
+                hidden = hidden * (1 + film[..., 2 * f:2 * f + g]) + film[..., 2 * f + g:]
             # logits x10: near-uniform heat maps at initialization put every keypoint at the
             # image centre and give the features almost no gradient
-            heat = (10 * self.heat(image)).reshape(n, h * w, -1).softmax(1)  # [N, HW, K]
+            heat = (10 * self.heat[2](hidden)).reshape(n, h * w, -1).softmax(1)  # [N, HW, K]
             where = heat.transpose(1, 2) @ self.coords.flatten(2)[0].T  # [N, K, 2]
             patches = torch.cat([patches, self.keypoint(where) + self.keypoint_id], 1)
-        words = self.words(obs["tokens"].long())
         proprio = self.proprio(obs["policy"].float())[:, None]
         bos = self.actions.weight[-1].expand(len(image), 1, -1)
         return torch.cat([patches, words, proprio, bos], 1)
 
     def _run(self, x: torch.Tensor, caches: list[Any] | None
              ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        hidden, new = self._trunk(x, caches)
+        return self.head(hidden), new
+
+    def _trunk(self, x: torch.Tensor, caches: list[Any] | None
+               ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The blocks and final LayerNorm: ([N, S, dim] hidden states, the caches)."""
         mask = None
         if caches is None and x.shape[1] > self.prefix_len:  # teacher forcing: prefix-LM mask
             s = x.shape[1]
@@ -158,7 +184,7 @@ class VLATransformer(TokenPolicy):
         for i, block in enumerate(self.blocks):
             x, kv = block(x, None if caches is None else caches[i], mask)
             new.append(kv)
-        return self.head(self.ln(x)), new
+        return self.ln(x), new
 
     def start(self, obs: Obs) -> tuple[Any, torch.Tensor]:
         x = self._prefix(obs) + self.pos[: self.prefix_len]
@@ -171,7 +197,11 @@ class VLATransformer(TokenPolicy):
         return cache, logits[:, -1]
 
     def forced(self, obs: Obs, tokens: torch.Tensor) -> torch.Tensor:
+        return self.forced_features(obs, tokens)[0]
+
+    def forced_features(self, obs: Obs, tokens: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.cat([self._prefix(obs), self.actions(tokens[:, :-1])], 1)
-        logits, _ = self._run(x + self.pos[: x.shape[1]], None)
-        return logits[:, self.prefix_len - 1:]
+        hidden, _ = self._trunk(x + self.pos[: x.shape[1]], None)
+        return self.head(hidden)[:, self.prefix_len - 1:], hidden[:, self.prefix_len - 1]
 

@@ -46,7 +46,7 @@ def demos(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_collect_records_task_options_and_training_takes_them(demos: str) -> None:
     card = load_card(demos)
     assert card.task_options == OPTIONS
-    assert card.observations == ["policy", "tokens", "image"]
+    assert card.observations == ["policy", "tokens", "image", "target"]
     cfg = from_dict(TrainConfig, {"algo": {"name": "bc"}, "dataset": demos})
     task_from_dataset(cfg, [f"dataset={demos}"])
     assert cfg.env.task == "tabletop" and cfg.env.options == OPTIONS
