@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import shutil
 from pathlib import Path
 
 import mkdocs_gen_files
@@ -21,19 +20,6 @@ import mkdocs_gen_files
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("robotrl", "robotrl.envs", "robotrl.algos", "robotrl.sim2real")
 SKIPPED = ("robotrl.cli",)  # commands, documented in the guides; not an API
-
-
-def api_source_tree() -> None:
-    """``build/api_src/robotrl``: a copy of the package's sources laid out as installed
-    (``envs/`` as ``robotrl/envs`` and so on), where mkdocstrings reads them (``paths`` in
-    mkdocs.yml): griffe finds modules by folder and follows neither setuptools' ``package-dir``
-    mapping nor symlinks out of its search path."""
-    tree = ROOT / "build" / "api_src" / "robotrl"
-    shutil.rmtree(tree, ignore_errors=True)
-    skip = shutil.ignore_patterns("__pycache__", "*.yaml", "*.xml")
-    shutil.copytree(ROOT / "robotrl", tree, ignore=skip)
-    for name in ("envs", "algos", "sim2real"):
-        shutil.copytree(ROOT / name, tree / name, ignore=skip)
 
 
 def public_modules() -> list[str]:
@@ -90,6 +76,5 @@ def result_pages() -> None:
         f.writelines(index)
 
 
-api_source_tree()
 reference_pages()
 result_pages()

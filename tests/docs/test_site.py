@@ -36,10 +36,12 @@ def _need(what: str) -> None:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built once with --strict (every warning an error) into a temporary folder."""
+    """The site, built once with --strict (every warning an error) into a temporary folder,
+    from nothing built before (a fresh clone has no ``build/``)."""
     if shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None:
         _need('mkdocs (pip install -e ".[docs]")')
     out = tmp_path_factory.mktemp("site")
+    shutil.rmtree(ROOT / "build" / "api_src", ignore_errors=True)  # as on a fresh clone
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
     done = subprocess.run([str(Path(sys.executable).parent / "mkdocs"), "build", "--strict",
                            "--site-dir", str(out)], cwd=ROOT, env=env, capture_output=True,
