@@ -27,7 +27,9 @@ class BCConfig(OfflineConfig):
 
     aux_weight: float = 0.0
     """Token policies: weight of an auxiliary loss, the mean squared error of a linear head on
-    the features of the position that predicts the first action token regressing the
+    the policy's features for the first action token (``policy=vla``: that position's hidden
+    state and the image keypoints' positions, so a keypoint can be pulled onto the named object)
+    regressing the
     privileged group ``aux_group`` of the dataset (standardized by its mean and std); the
     policy never reads the group and acting never uses the head. 0: off."""
     aux_group: str = "target"

@@ -102,8 +102,10 @@ class TokenPolicy(nn.Module, ABC):
 
     def forced_features(self, obs: Obs, tokens: torch.Tensor
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(``forced``'s logits [N, D, bins], features [N, feature_dim] of the position that
-        predicts the first action token), for training-time auxiliary heads (issue 47)."""
+        """(``forced``'s logits [N, D, bins], features [N, feature_dim]: what the policy computes
+        for the first action token (``policy=vla``: the hidden state of the position that
+        predicts it and the image keypoints' positions)), for training-time auxiliary heads
+        (issue 47)."""
         raise NotImplementedError(f"policy {self.kind!r} exposes no features for auxiliary "
                                   "losses; policy=vla does")
 

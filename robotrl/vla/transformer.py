@@ -127,7 +127,7 @@ class VLATransformer(TokenPolicy):
         self.pos = nn.Parameter(torch.randn(self.prefix_len + self.num_tokens, d) * 0.02)
         self.blocks = nn.ModuleList(Block(d, cfg.heads) for _ in range(cfg.layers))
         self.ln = nn.LayerNorm(d)
-        self.feature_dim = d
+        self.feature_dim = d + 2 * cfg.keypoints  # forced_features: hidden state, keypoints
         self.head = nn.Linear(d, cfg.bins)
         nn.init.zeros_(self.head.weight)  # uniform initial action distribution
         nn.init.zeros_(self.head.bias)
@@ -138,6 +138,10 @@ class VLATransformer(TokenPolicy):
 
     def _prefix(self, obs: Obs) -> torch.Tensor:
         """[N, prefix_len, dim] embeddings of the observation and BOS."""
+        return self._prefix_keypoints(obs)[0]
+
+    def _prefix_keypoints(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(``_prefix``, [N, 2 keypoints] the keypoints' image positions in [-1, 1])."""
         image = obs["image"].float() / 255.0 - 0.5
         image = torch.cat([image, self.coords.expand(len(image), -1, -1, -1)], 1)
         image = image.permute(0, 2, 3, 1)  # [N, H, W, C + 2], channels last
@@ -163,9 +167,11 @@ class VLATransformer(TokenPolicy):
             heat = (10 * self.heat[2](hidden)).reshape(n, h * w, -1).softmax(1)  # [N, HW, K]
             where = heat.transpose(1, 2) @ self.coords.flatten(2)[0].T  # [N, K, 2]
             patches = torch.cat([patches, self.keypoint(where) + self.keypoint_id], 1)
+        else:
+            where = patches.new_zeros(n, 0, 2)
         proprio = self.proprio(obs["policy"].float())[:, None]
         bos = self.actions.weight[-1].expand(len(image), 1, -1)
-        return torch.cat([patches, words, proprio, bos], 1)
+        return torch.cat([patches, words, proprio, bos], 1), where.flatten(1)
 
     def _run(self, x: torch.Tensor, caches: list[Any] | None
              ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -201,7 +207,9 @@ class VLATransformer(TokenPolicy):
 
     def forced_features(self, obs: Obs, tokens: torch.Tensor
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.cat([self._prefix(obs), self.actions(tokens[:, :-1])], 1)
+        prefix, where = self._prefix_keypoints(obs)
+        x = torch.cat([prefix, self.actions(tokens[:, :-1])], 1)
         hidden, _ = self._trunk(x + self.pos[: x.shape[1]], None)
-        return self.head(hidden)[:, self.prefix_len - 1:], hidden[:, self.prefix_len - 1]
+        features = torch.cat([hidden[:, self.prefix_len - 1], where], 1)
+        return self.head(hidden)[:, self.prefix_len - 1:], features
 

@@ -104,10 +104,16 @@ def test_aux_loss_is_cross_entropy_plus_weighted_head_error(data: Dataset) -> No
     tokens = bc.policy.tokenizer.encode(bc.labels[idx])
     ce, _ = token_cross_entropy(bc.policy.forced(obs, tokens), tokens)
     # an independent re-derivation of the head's input: the last prefix position's features
+    # and the keypoints' expected image positions under their heat maps
     policy = bc.policy
     x = torch.cat([policy._prefix(obs), policy.actions(tokens[:, :-1])], 1)
     hidden, _ = policy._trunk(x + policy.pos[: x.shape[1]], None)
-    pred = bc.aux_head(hidden[:, policy.prefix_len - 1])
+    image = torch.cat([obs["image"].float() / 255 - 0.5,
+                       policy.coords.expand(len(idx), -1, -1, -1)], 1).permute(0, 2, 3, 1)
+    heat = (10 * policy.heat(image)).flatten(1, 2).softmax(1)  # [N, HW, K]
+    where = torch.einsum("npk,cp->nkc", heat, policy.coords.flatten(2)[0])
+    assert where.shape == (32, policy.cfg.keypoints, 2)
+    pred = bc.aux_head(torch.cat([hidden[:, policy.prefix_len - 1], where.flatten(1)], 1))
     target = (data.observations[:32, -2:] - bc.aux_stats[0]) / bc.aux_stats[1]
     aux = (pred - target).square().mean()
     assert torch.allclose(metrics["loss/aux"], aux)
