@@ -73,6 +73,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=10, help="GRPO iterations between evals")
     p.add_argument("--policy", nargs="*", default=["policy.bins=32", "policy.patch=4"],
                    help="policy= overrides shared by BC and GRPO")
+    p.add_argument("--bc", nargs="*", default=[],
+                   help="extra BC overrides (algo.*), e.g. algo.aux_weight=1")
     p.add_argument("--grpo", nargs="*", default=["algo.learning_rate=3e-4", "algo.num_epochs=2"],
                    help="GRPO overrides")
     p.add_argument("--runs", default="runs/bench/vla_grpo", help="demonstrations and runs")
@@ -111,7 +113,8 @@ def run_seed(args: argparse.Namespace, seed: int, demos: Path, out: Path) -> dic
     bc_dir, grpo_dir = out / f"bc_s{seed}", out / f"grpo_s{seed}"
     bc_s, failed = train_subprocess(
         ["algo=bc", f"dataset={demos}", f"total_steps={args.bc_updates}", "eval_interval=0",
-         "algo.batch_size=128", f"algo.actor_lr={args.bc_lr}", "eval_episodes=64", *common],
+         "algo.batch_size=128", f"algo.actor_lr={args.bc_lr}", "eval_episodes=64", *common,
+         *args.bc],
         bc_dir, f"bc seed {seed}")
     if failed:
         raise RuntimeError(f"BC seed {seed} failed")

@@ -23,43 +23,23 @@ if TYPE_CHECKING:
 @dataclasses.dataclass
 class BCConfig(OfflineConfig):
     """BC: a deterministic tanh actor trained by mean squared error; with ``policy=vla``, token
-    cross-entropy (``TokenBC``), optionally with the training-time aids of issue 47."""
+    cross-entropy (``TokenBC``), optionally with an auxiliary loss on privileged labels
+    (issue 47)."""
 
     aux_weight: float = 0.0
     """Token policies: weight of an auxiliary loss, the mean squared error of a linear head on
     the policy's features for the first action token (``policy=vla``: that position's hidden
-    state and the image keypoints' positions, so a keypoint can be pulled onto the named object)
-    regressing the
-    privileged group ``aux_group`` of the dataset (standardized by its mean and std); the
-    policy never reads the group and acting never uses the head. 0: off."""
+    state and the image keypoints' positions, so the loss pulls a keypoint onto the named
+    object) regressing the privileged group ``aux_group`` of the dataset (standardized by its
+    mean and std); the policy never reads the group and acting never uses the head. 0: off."""
     aux_group: str = "target"
     """Token policies: the observation group the auxiliary head regresses (tabletop's
     ``target``, the instructed object's (x, y), recorded by ``robotrl dataset collect``)."""
-    image_shift: int = 0
-    """Token policies: random-shift image augmentation (DrQ, Kostrikov et al. 2020): each
-    sampled image is padded by this many pixels (edges replicated) and cropped back at a
-    uniformly random offset. 0: off."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.aux_weight < 0 or self.image_shift < 0:
-            raise ValueError(f"aux_weight and image_shift must be >= 0, got {self.aux_weight} "
-                             f"and {self.image_shift}")
-
-
-def random_shift(image: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
-    """``image`` [B, C, H, W] padded by ``pad`` pixels (edges replicated) and cropped back to
-    H x W at an offset drawn uniformly in [0, 2 pad]^2 per image with ``generator``: the image
-    shifted by (offset - pad) pixels. Same dtype as ``image``."""
-    b, _, h, w = image.shape
-    padded = torch.nn.functional.pad(image.float(), (pad,) * 4, mode="replicate")
-    dx, dy = torch.randint(0, 2 * pad + 1, (2, b, 1), device=image.device,
-                           generator=generator)
-    rows = (torch.arange(h, device=image.device) + dy)[:, None, :, None]  # [B, 1, H, 1]
-    cols = (torch.arange(w, device=image.device) + dx)[:, None, None, :]  # [B, 1, 1, W]
-    index = torch.arange(b, device=image.device)[:, None, None, None]
-    channel = torch.arange(image.shape[1], device=image.device)[None, :, None, None]
-    return padded[index, channel, rows, cols].to(image.dtype)
+        if self.aux_weight < 0:
+            raise ValueError(f"aux_weight must be >= 0, got {self.aux_weight}")
 
 
 class BC(OfflineLearner):
@@ -190,8 +170,6 @@ class TokenBC:
             idx = torch.randint(len(self.obs), (self.cfg.batch_size,), device=self.device,
                                 generator=self.generator)
             obs = self.spec.unflatten(self.obs[idx], self.groups)
-            if self.cfg.image_shift:
-                obs["image"] = random_shift(obs["image"], self.cfg.image_shift, self.generator)
             if self.aux_head is None:
                 loss, metrics = self.policy.bc_loss(obs, self.labels[idx])
             else:

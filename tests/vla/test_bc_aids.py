@@ -11,7 +11,7 @@ import torch
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from robotrl.algos.offline.bc import BCConfig, TokenBC, random_shift  # noqa: E402
+from robotrl.algos.offline.bc import BCConfig, TokenBC  # noqa: E402
 from robotrl.algos.offline.losses import auxiliary_mse  # noqa: E402
 from robotrl.data.dataset import Dataset, DatasetCard, DatasetError  # noqa: E402
 from robotrl.envs import make  # noqa: E402
@@ -66,28 +66,6 @@ def test_target_group_is_the_instructed_objects_position(data: Dataset) -> None:
     rows = spec.unflatten(data.observations, ALL)
     assert torch.allclose(rows["target"], data.observations[:, -2:])
     assert rows["target"].abs().max() < 0.3
-
-
-def test_random_shift_is_a_shift_with_replicated_edges() -> None:
-    torch.manual_seed(0)
-    image = torch.randint(0, 256, (64, 3, 8, 8), dtype=torch.uint8)
-    out = random_shift(image, 2, torch.Generator().manual_seed(1))
-    assert out.dtype == image.dtype and out.shape == image.shape
-    padded = torch.nn.functional.pad(image.float(), (2,) * 4, mode="replicate")
-    offsets = []
-    for b in range(64):
-        hits = [(dy, dx) for dy in range(5) for dx in range(5)
-                if torch.equal(out[b].float(), padded[b, :, dy:dy + 8, dx:dx + 8])]
-        assert len(hits) == 1, b  # exactly one crop of the padded image
-        offsets.append(hits[0])
-        dy, dx = hits[0]
-        # inside the image the output is the original moved by (dy - 2, dx - 2) pixels
-        ys, xs = slice(max(0, 2 - dy), min(8, 10 - dy)), slice(max(0, 2 - dx), min(8, 10 - dx))
-        src = image[b, :, max(0, dy - 2):max(0, dy - 2) + ys.stop - ys.start,
-                    max(0, dx - 2):max(0, dx - 2) + xs.stop - xs.start]
-        assert torch.equal(out[b, :, ys, xs], src)
-    assert len(set(offsets)) > 15  # offsets drawn over the whole [0, 4]^2 range
-    assert {o[0] for o in offsets} == set(range(5)) == {o[1] for o in offsets}
 
 
 def test_aux_loss_is_cross_entropy_plus_weighted_head_error(data: Dataset) -> None:
@@ -167,18 +145,17 @@ def _train(bc: TokenBC, data: Dataset) -> list[float]:
 
 def test_aids_off_reproduce_bc_exactly_whatever_the_dataset_records(data: Dataset) -> None:
     """Off, the learner ignores the recorded ``target`` group: the same updates, bit for bit,
-    as on the same rows without it; on, each aid changes them."""
+    as on the same rows without it; on, the auxiliary loss changes them."""
     old = _without_target(data)
     reference = _train(_bc(_env(GROUPS)), old)
     assert _train(_bc(_env(ALL)), data) == reference
     assert _train(_bc(_env(GROUPS)), data) == reference  # target recorded, worlds lack it
-    assert _train(_bc(_env(ALL), image_shift=1), data) != reference
     assert _train(_bc(_env(ALL), aux_weight=1.0), data)[-1] != reference[-1]
 
 
 def test_bad_options_fail() -> None:
-    with pytest.raises(ValueError, match="aux_weight and image_shift"):
-        BCConfig(image_shift=-1)
+    with pytest.raises(ValueError, match="aux_weight must be >= 0"):
+        BCConfig(aux_weight=-1)
 
 
 def _vla(env: ActionChunks, **cfg: object) -> torch.nn.Module:
