@@ -13,8 +13,20 @@ robotrl and by the peers declared beside it; every cell an ordinary run director
     peers:
       sb3: {script: benchmarks/peers/sb3.py, algos: {ppo: PPO}}
 
+A stage before the cells (``init``): every cell of an algorithm starts from an offline run at
+its seed, behaviour cloning then RL, as ``benchmarks/grids/vla_grpo_push.yaml`` does:
+
+    tasks: [tabletop]
+    algos: {grpo: [algo.outcome=success]}
+    init:
+      grpo: {algo: bc, dataset: runs/bench/vla/demos.hdf5, budget: 4000,
+             collect: [task=tabletop, kind=scripted, steps=10240]}   # records it if missing
+    metric: test_success
+    also: [heldout_success]              # reported beside the metric
+
 A cell's directory is ``out/<runner>/<algo>/<target>/<budget>/s<seed>`` (``runner`` is
-``robotrl`` or a peer's name). robotrl cells hold what ``robotrl train`` writes; a peer writes
+``robotrl`` or a peer's name; an ``init`` stage's run is ``s<seed>-init`` beside it). robotrl
+cells hold what ``robotrl train`` writes; a peer writes
 the same ``result.json`` (``robotrl.experiment.run.RESULT_FILE``) so the report reads every cell
 alike. ``python``: the interpreter of a peer's own virtual environment (d3rlpy pins another
 Gymnasium); a peer script gets one argument, the cell as a JSON file.
@@ -49,6 +61,26 @@ class PeerConfig:
 
 
 @dataclasses.dataclass
+class InitStage:
+    """What every cell of an algorithm starts from (``Grid.init``): an offline run of ``algo``
+    on ``dataset`` for ``budget`` gradient updates at the cell's seed, whose final checkpoint
+    the cell trains from (``init=``): behaviour cloning, then RL."""
+
+    algo: str
+    """Offline algorithm (``bc``)."""
+    dataset: str
+    """Its dataset (``dataset=``)."""
+    budget: int
+    """Its gradient updates (``total_steps``)."""
+    overrides: list[str] = dataclasses.field(default_factory=list)
+    """Its overrides beyond the grid's ``overrides`` that are not the cell algorithm's
+    (``algo.*`` options of the stage's algorithm, ``eval_interval``...)."""
+    collect: list[str] = dataclasses.field(default_factory=list)
+    """``robotrl dataset collect`` arguments that record ``dataset`` (``out=`` added) before
+    any cell runs, when it does not exist ([]: it must exist)."""
+
+
+@dataclasses.dataclass
 class Grid:
     """What a benchmark runs (see the module docstring); loaded from YAML by ``load_grid``."""
 
@@ -70,7 +102,15 @@ class Grid:
     """Overrides of every robotrl cell (``logger.progress=false`` and ``torch_threads=1`` are
     added unless given)."""
     metric: str = "return_mean"
-    """Evaluation key the report compares: ``return_mean``, ``normalized_score``, ``success``."""
+    """Evaluation key the report compares: ``return_mean``, ``normalized_score``, ``success``
+    (group runs: ``test_success``, ``heldout_success``...)."""
+    also: list[str] = dataclasses.field(default_factory=list)
+    """Further evaluation keys recorded per cell and reported beside ``metric`` (``init``
+    grids' before/after table)."""
+    init: dict[str, InitStage] = dataclasses.field(default_factory=dict)
+    """Algorithm -> the stage its cells start from; the report then gives every seed's score
+    before (the cell's evaluation at step 0: the stage's policy) and after, the paired gain
+    with its 95% CI, and the wall clock of both stages."""
     thresholds: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
     """Algorithm -> target -> the score its final evaluation must reach (IQM over seeds)."""
     threshold_sources: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -111,6 +151,19 @@ class Grid:
             if algo not in fits:
                 raise ValueError(f"grid {self.name!r}: unknown {kind} algorithm {algo!r}; "
                                  f"available: {fits}")
+        for algo, stage in self.init.items():
+            offline = [n for n, e in ALGORITHMS.items() if e.runner == "offline"]
+            if algo not in self.algos:
+                raise ValueError(f"grid {self.name!r}: init names algorithm {algo!r} the grid "
+                                 f"does not run ({sorted(self.algos)})")
+            if stage.algo not in offline:
+                raise ValueError(f"grid {self.name!r}: init.{algo}.algo must be an offline "
+                                 f"algorithm, got {stage.algo!r}; available: {offline}")
+            if stage.budget < 1:
+                raise ValueError(f"grid {self.name!r}: init.{algo}.budget must be >= 1, got "
+                                 f"{stage.budget}")
+            if any(algo in p.algos for p in self.peers.values()):
+                raise ValueError(f"grid {self.name!r}: a peer cannot start from init.{algo}")
         for peer, p in self.peers.items():
             unknown = sorted(set(p.algos) - set(self.algos))
             if unknown:
@@ -139,6 +192,10 @@ class Grid:
     def run_dir(self, cell: Cell) -> Path:
         return (Path(self.out) / cell.runner / cell.algo / slug(cell.target) / str(cell.budget)
                 / f"s{cell.seed}")
+
+    def init_dir(self, cell: Cell) -> Path:
+        """The run directory of the ``init`` stage ``cell`` starts from."""
+        return self.run_dir(cell).with_name(f"s{cell.seed}-init")
 
     @property
     def results_path(self) -> Path:

@@ -51,8 +51,12 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def reached(grid: Grid, cell: Cell) -> dict[str, Any] | None:
     """The cell's ``result.json`` if its run reached the budget (whatever config it ran)."""
-    done = read_json(grid.run_dir(cell) / RESULT_FILE)
-    if done is None or done.get("total_steps") != cell.budget or done["step"] < cell.budget:
+    return _reached(grid.run_dir(cell), cell.budget)
+
+
+def _reached(run: Path, budget: int) -> dict[str, Any] | None:
+    done = read_json(run / RESULT_FILE)
+    if done is None or done.get("total_steps") != budget or done["step"] < budget:
         return None
     return done
 
@@ -61,6 +65,9 @@ def status(grid: Grid, cell: Cell) -> tuple[dict[str, Any] | None, list[str]]:
     """(``result.json`` if the cell finished with the config the grid composes today, else
     None; ``changed`` of its run): one composition per cell for callers that need both."""
     done, diff = reached(grid, cell), changed(grid, cell)
+    if cell.algo in grid.init and not diff:  # it started from a stage the grid no longer makes
+        diff = [f"init stage: {d}" for d in _changed(grid.init_dir(cell),
+                                                     init_overrides(grid, cell))]
     return (None if diff else done), diff
 
 
@@ -73,8 +80,12 @@ def finished(grid: Grid, cell: Cell) -> dict[str, Any] | None:
 def composed(grid: Grid, cell: Cell) -> Any:
     """The ``TrainConfig`` a robotrl cell trains with today (tuned files and defaults as they
     are now), or None where it cannot be composed here (an offline cell without its dataset)."""
+    return _composed(cell_overrides(grid, cell))
+
+
+def _composed(overrides: list[str]) -> Any:
     try:
-        return compose([o for o in cell_overrides(grid, cell) if not o.startswith("resume=")])
+        return compose([o for o in overrides if not o.startswith("resume=")])
     except Exception:  # noqa: BLE001 - unknown, not wrong: the caller keeps what it has
         return None
 
@@ -83,10 +94,15 @@ def changed(grid: Grid, cell: Cell) -> list[str]:
     """``key: old -> new`` for every config field in which the cell's run (its ``config.yaml``)
     differs from what the grid composes today: a tuned file or a default changed since it ran.
     Empty for a matching run, a cell not yet run, or a peer's cell."""
-    run = grid.run_dir(cell)
-    if cell.runner != ROBOTRL or not (run / "config.yaml").is_file():
+    if cell.runner != ROBOTRL:
         return []
-    now = composed(grid, cell)
+    return _changed(grid.run_dir(cell), cell_overrides(grid, cell))
+
+
+def _changed(run: Path, overrides: list[str]) -> list[str]:
+    if not (run / "config.yaml").is_file():
+        return []
+    now = _composed(overrides)
     if now is None:
         return []
     old, new = config_fields(RunDir(run).config), config_fields(now)
@@ -111,12 +127,64 @@ def cell_overrides(grid: Grid, cell: Cell) -> list[str]:
     target = f"dataset={cell.target}" if grid.offline else f"env={cell.target}"
     overrides = [f"algo={cell.algo}", target, *grid.overrides, *grid.algos[cell.algo],
                  f"seed={cell.seed}", f"total_steps={cell.budget}", f"run_dir={run}"]
+    if cell.algo in grid.init:
+        overrides.append(f"init={grid.init_dir(cell) / 'checkpoints' / 'last.pt'}")
+    return _finish(overrides, run)
+
+
+def init_overrides(grid: Grid, cell: Cell) -> list[str]:
+    """``robotrl train`` overrides of the ``init`` stage ``cell`` starts from: the grid's
+    overrides, the stage's, at the cell's seed."""
+    stage = grid.init[cell.algo]
+    return _finish([f"algo={stage.algo}", f"dataset={stage.dataset}", *grid.overrides,
+                    *stage.overrides, f"seed={cell.seed}", f"total_steps={stage.budget}",
+                    f"run_dir={grid.init_dir(cell)}"], grid.init_dir(cell))
+
+
+def _finish(overrides: list[str], run: Path) -> list[str]:
+    """``overrides`` with the harness's ``DEFAULTS`` and a resume when ``run`` has a
+    checkpoint."""
     keys = {o.split("=", 1)[0].lstrip("+") for o in overrides}
-    overrides += [d for d in DEFAULTS if d.split("=", 1)[0] not in keys]
+    overrides = overrides + [d for d in DEFAULTS if d.split("=", 1)[0] not in keys]
     last = run / "checkpoints" / "last.pt"
     if last.is_file():
         overrides.append(f"resume={last}")
     return overrides
+
+
+def init_datasets(grid: Grid) -> None:
+    """Record every ``init`` stage's dataset that does not exist and has ``collect`` arguments
+    (once, before the cells are sent out: parallel jobs must not record it twice)."""
+    from robotrl.cli.dataset import collect_main
+
+    for stage in grid.init.values():
+        if stage.collect and not Path(stage.dataset).exists():
+            quiet = [] if any(a.startswith("progress=") for a in stage.collect) else [
+                "progress=false"]
+            collect_main([*stage.collect, f"out={stage.dataset}", *quiet])
+
+
+def init_stage(grid: Grid, cell: Cell) -> bool:
+    """Train (or reuse, or resume) the ``init`` stage ``cell`` starts from; whether it trained
+    now (the cell's own run, if any, then started from another policy: stale)."""
+    from robotrl.logging import console
+
+    run, budget = grid.init_dir(cell), grid.init[cell.algo].budget
+    overrides = init_overrides(grid, cell)
+    diff = _changed(run, overrides)
+    if not diff and _reached(run, budget) is not None:
+        return False
+    if diff:
+        aside = run.with_name(run.name + ".stale")
+        shutil.rmtree(aside, ignore_errors=True)
+        run.rename(aside)
+        console.print(f"[yellow]{cell.label}: its init stage's config changed "
+                      f"({'; '.join(diff[:4])}); moved to {aside}, starting over[/yellow]")
+        overrides = init_overrides(grid, cell)  # no resume from the moved run
+    Experiment.from_overrides(overrides).run()
+    if _reached(run, budget) is None:
+        raise RuntimeError(f"{run} has no result.json for {budget:,} updates")
+    return True
 
 
 def run_peer(grid: Grid, cell: Cell) -> None:
@@ -146,7 +214,8 @@ def seed_batch(grid: Grid, cell: Cell) -> list[Cell]:
     seeds has a run directory yet (started runs resume one by one); else ``[cell]``."""
     from robotrl.registry import algorithm
 
-    if not grid.batch_seeds or cell.runner != ROBOTRL or algorithm(cell.algo).seed_batch is None:
+    if (not grid.batch_seeds or cell.runner != ROBOTRL or cell.algo in grid.init
+            or algorithm(cell.algo).seed_batch is None):
         return [cell]
     group = [dataclasses.replace(cell, seed=s) for s in grid.seeds]
     if any(grid.run_dir(c).exists() for c in group):
@@ -191,7 +260,15 @@ def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
     from robotrl.logging import console
 
     run = grid.run_dir(cell)
+    try:
+        retrained = cell.algo in grid.init and init_stage(grid, cell)
+    except KeyboardInterrupt:
+        raise
+    except Exception as err:  # noqa: BLE001 - recorded like the cell's own failure
+        return _failed(cell, run, err, "init stage: ")
     done, diff = status(grid, cell)
+    if retrained and run.exists():  # the cell's run started from another policy
+        done, diff = None, ["init: its stage trained again"]
     if done is None:
         if diff:  # never resumed or reused under another config: set aside, start over
             aside = run.with_name(run.name + ".stale")
@@ -214,17 +291,24 @@ def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
         except KeyboardInterrupt:
             raise
         except Exception as err:  # noqa: BLE001 - one cell's failure is recorded, not fatal
-            write_json(run / "failed.json", {"error": f"{type(err).__name__}: {err}",
-                                             "traceback": traceback.format_exc()}, indent=1)
-            console.print(f"[red]{cell.label} failed: {type(err).__name__}: {err} "
-                          f"(details: {run / 'failed.json'})[/red]")
-            return None
+            return _failed(cell, run, err)
     (run / "failed.json").unlink(missing_ok=True)
     final = done["final"]
     score = final.get(grid.metric, float("nan"))
     console.print(f"{cell.label}: {grid.metric} {score:.1f} "
                   f"({done.get('train_seconds', float('nan')) / 60:.1f} min)")
     return done
+
+
+def _failed(cell: Cell, run: Path, err: Exception, what: str = "") -> None:
+    """Record a cell's failure in its ``failed.json`` and say so."""
+    from robotrl.logging import console
+
+    run.mkdir(parents=True, exist_ok=True)
+    write_json(run / "failed.json", {"error": f"{what}{type(err).__name__}: {err}",
+                                     "traceback": traceback.format_exc()}, indent=1)
+    console.print(f"[red]{cell.label} failed: {what}{type(err).__name__}: {err} "
+                  f"(details: {run / 'failed.json'})[/red]")
 
 
 def ope_stage(grid: Grid, cell: Cell) -> dict[str, Any]:
@@ -261,6 +345,8 @@ def launch(grid_path: str, grid: Grid, launcher: str = "basic", jobs: int = 1,
     cells = grid.cells()
     indices = [i for i in (only if only is not None else range(len(cells)))
                if finished(grid, cells[i]) is None]
+    if indices:
+        init_datasets(grid)
     # one job per seed batch, under its first cell (dict keys: order kept, duplicates dropped)
     indices = list(dict.fromkeys(cells.index(seed_batch(grid, cells[i])[0]) for i in indices))
     if not indices:
@@ -319,6 +405,10 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
                   "machine": done.get("machine", ""),
                   "curve": {"steps": [e["step"] for e in evals],
                             "score": [e[grid.metric] for e in evals]}}
+        if grid.also:
+            record["also"] = {k: done["final"].get(k, float("nan")) for k in grid.also}
+        if cell.algo in grid.init:
+            record["init"] = init_record(grid, cell, done)
         if cell.runner == ROBOTRL:
             record["config"] = done.get("config") or config_digest(RunDir(run).config)
         ope = read_json(run / "ope.json")
@@ -326,6 +416,19 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
             record["ope"] = ope
         records.append(record)
     return records
+
+
+def init_record(grid: Grid, cell: Cell, done: dict[str, Any]) -> dict[str, Any]:
+    """The ``init`` stage of a finished cell: its algorithm, updates and wall clock, and the
+    cell's scores before any update of its own (its evaluation at step 0: the stage's policy
+    in the cell's environment), ``None`` where the cell has no evaluation at step 0."""
+    stage = grid.init[cell.algo]
+    ran = read_json(grid.init_dir(cell) / RESULT_FILE) or {}
+    first = (done.get("evaluations") or [{}])[0]
+    at_start = first.get("step") == 0
+    return {"algo": stage.algo, "dataset": stage.dataset, "updates": stage.budget,
+            "train_seconds": ran.get("train_seconds", float("nan")),
+            "before": {k: first.get(k) if at_start else None for k in (grid.metric, *grid.also)}}
 
 
 def record_key(record: dict[str, Any]) -> tuple[Any, ...]:

@@ -12,6 +12,9 @@ results file.
   mean, median and optimality gap with stratified-bootstrap CIs, for contestants with every
   cell finished; probability of improvement for every pair.
 - Offline grids with fitted Q evaluation: FQE against the simulator, rank correlation and error.
+- Grids whose cells start from an ``init`` stage (behaviour cloning, then RL): every seed's
+  score before (the cell's evaluation at step 0) and after, for the metric and ``also``, the
+  paired gain's mean with a Student-t 95% CI, and the wall clock of both stages.
 """
 
 from __future__ import annotations
@@ -101,7 +104,37 @@ def summarize(grid: Grid, records: list[dict[str, Any]], reps: int = 50_000) -> 
                 section["profiles"] = {a: [c.tolist() for c in v] for a, v in
                                        stats.performance_profiles(mats, TAUS).items()}
         section["ope"] = ope_summary(done)
+        section["init"] = init_summary(grid, done)
         out["budgets"][str(budget)] = section
+    return out
+
+
+def init_summary(grid: Grid, done: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per ``target|algo`` of an ``init`` grid: the seeds' rows (before and after per key, both
+    stages' seconds) and per key the before, after and paired-gain means with Student-t 95%
+    CIs over the seeds that have both."""
+    out: dict[str, Any] = {}
+    keys = [grid.metric, *grid.also]
+    for target in grid.targets:
+        for algo in grid.init:
+            rs = sorted((r for r in done if r["target"] == target and r["algo"] == algo
+                         and r["runner"] == ROBOTRL and "init" in r), key=lambda r: r["seed"])
+            if not rs:
+                continue
+            rows = [{"seed": r["seed"], "init_seconds": r["init"]["train_seconds"],
+                     "train_seconds": r["train_seconds"],
+                     **{k: (r["init"]["before"].get(k),
+                            r["final"] if k == grid.metric else r["also"].get(k)) for k in keys}}
+                    for r in rs]
+            paired = {}
+            for k in keys:
+                pairs = [row[k] for row in rows if None not in row[k]]
+                if pairs:
+                    before, after = zip(*pairs, strict=True)
+                    paired[k] = {"seeds": len(pairs), "before": stats.mean_interval(before),
+                                 "after": stats.mean_interval(after),
+                                 "gain": stats.mean_interval([a - b for b, a in pairs])}
+            out[f"{target}|{algo}"] = {"rows": rows, "paired": paired}
     return out
 
 
@@ -137,15 +170,17 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.2f} h"
 
 
-def _ci(v: tuple[float, float, float] | list[float], scale: float = 1.0) -> str:
+def _ci(v: tuple[float, float, float] | list[float], scale: float = 1.0, digits: int = 1
+        ) -> str:
     m, lo, hi = (x * scale for x in v)
-    return f"{m:.1f} [{lo:.1f}, {hi:.1f}]"
+    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: list[str]
              ) -> str:
     names = contestants(grid)
     kind = "datasets" if grid.offline else "tasks"
+    digits = 3 if grid.metric.endswith("success") else 1  # a rate, or a return / a score
     lines = [f"# {grid.name}: {len(grid.algos)} algorithms x {len(grid.targets)} {kind} x "
              f"{len(grid.seeds)} seeds", "",
              f"Metric: final evaluation's `{grid.metric}` (deterministic policy). Cells: IQM "
@@ -165,7 +200,8 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
                     continue
                 verdict = (f" **{'PASS' if c['pass'] else 'FAIL'}** (≥ {c['threshold']:g})"
                            if "pass" in c else "")
-                row.append(f"{_ci(c['iqm'])} (n={c['seeds']}, {c['minutes']:.1f} min){verdict}")
+                row.append(f"{_ci(c['iqm'], digits=digits)} (n={c['seeds']}, "
+                           f"{c['minutes']:.1f} min){verdict}")
             lines.append(f"| {target} | " + " | ".join(row) + " |")
         lines.append("")
         if section["vs_peer"]:
@@ -187,6 +223,7 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
                 lines += [f"| {k.replace('>', ' > ')} | {v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}] |"
                           for k, v in section["improvement"].items()]
                 lines.append("")
+        lines += _init_markdown(grid, section["init"])
         ope = section["ope"]
         if ope.get("runs", 0) >= 2:
             lines += [f"Off-policy evaluation (FQE, {grid.ope_updates:,} updates) against the "
@@ -204,6 +241,35 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
         lines += ["Missing cells:", "", *[f"- {m}" for m in summary["missing"]], ""]
     lines += [f"![{Path(f).stem}]({Path(f).parent.name}/{Path(f).name})" for f in figures]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _init_markdown(grid: Grid, init: dict[str, Any]) -> list[str]:
+    """Before/after tables of an ``init`` grid (``init_summary``)."""
+    lines: list[str] = []
+    keys = [grid.metric, *grid.also]
+
+    def pair(v: Any) -> str:
+        return "—" if v is None or None in v else f"{v[0]:.3f} → {v[1]:.3f}"
+
+    for name, entry in init.items():
+        target, algo = name.split("|")
+        stage = grid.init[algo]
+        lines += [f"{algo} on {target} from {stage.algo} ({stage.budget:,} updates on "
+                  f"`{stage.dataset}`): before (the {stage.algo} policy, the run's evaluation at "
+                  "step 0) → after, every seed; minutes of each stage.", "",
+                  "| seed | " + " | ".join(keys) + f" | {stage.algo} min | {algo} min |",
+                  "|---:|" + "---:|" * (len(keys) + 2)]
+        for row in entry["rows"]:
+            lines.append(f"| {row['seed']} | " + " | ".join(pair(row[k]) for k in keys)
+                         + f" | {row['init_seconds'] / 60:.1f} | {row['train_seconds'] / 60:.1f} |")
+        for k, p in entry["paired"].items():
+            verdict = ("one seed, no interval" if p["seeds"] < 2 else
+                       "its CI is above zero" if p["gain"][1] > 0 else "its CI is not above zero")
+            lines.append(f"\n{k}: before {_ci(p['before'], digits=3)}, after "
+                         f"{_ci(p['after'], digits=3)}, paired gain {_ci(p['gain'], digits=3)} "
+                         f"(mean [95% t-CI] over {p['seeds']} seeds): {verdict}.")
+        lines.append("")
+    return lines
 
 
 # ------------------------------------------------------------------------------ figures

@@ -225,3 +225,110 @@ def test_an_offline_runs_default_directory_names_the_datasets_task(pendulum) -> 
         "runs/inverted_pendulum/bc_s0_")
     assert compose(["algo=bc", f"dataset={pendulum}", "run_dir=runs/halfcheetah/x"]
                    ).run_dir == "runs/halfcheetah/x"
+
+
+def write_init_grid(tmp_path: Path, dataset: Path, **stage) -> Path:
+    """BC on ``dataset`` (the init stage), then GRPO on InvertedPendulum from it, 2 seeds."""
+    grid = {"name": "bc-then-grpo", "out": str(tmp_path / "bench"), "tasks": ["inverted_pendulum"],
+            "algos": {"grpo": ["algo.group_size=4", "algo.train_states=16",
+                               "algo.test_states=8", "num_envs=8"]},
+            "init": {"grpo": {"algo": "bc", "dataset": str(dataset), "budget": 100,
+                              "overrides": ["algo.updates_per_iteration=50",
+                                            "algo.hidden=[16,16]"], **stage}},
+            "seeds": [0, 1], "budgets": [1600], "metric": "test_return_mean",
+            "also": ["return_mean"],
+            "overrides": ["eval_interval=1", "eval_episodes=2", "logger.tensorboard=false"],
+            "results": str(tmp_path / "committed" / "results.json"),
+            "report": str(tmp_path / "committed" / "report.md")}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    return path
+
+
+def test_init_stage_trains_first_and_the_report_pairs_before_and_after(pendulum, tmp_path,
+                                                                        capsys):
+    """``init``: each cell's BC stage trains at the cell's seed, the GRPO cell starts from its
+    final checkpoint (its step-0 evaluation is the BC policy's), a second run reuses both, a
+    changed stage retrains it and the cell after it; the report pairs before and after."""
+    from robotrl.bench.harness import collect
+    from robotrl.experiment import RunDir
+
+    path = write_init_grid(tmp_path, pendulum)
+    bench_main(["run", str(path), "figures=false"])
+    grid = load_grid(path)
+    cells = grid.cells()
+    assert [(c.algo, c.seed) for c in cells] == [("grpo", 0), ("grpo", 1)]
+    for cell in cells:
+        stage = grid.init_dir(cell)
+        assert stage.name == f"s{cell.seed}-init"
+        bc = RunDir(stage).config
+        assert (type(bc.algo).__name__, bc.seed, bc.total_steps) == ("BCConfig", cell.seed, 100)
+        grpo = RunDir(grid.run_dir(cell)).config
+        assert grpo.init == str(stage / "checkpoints" / "last.pt")
+    records = collect(grid)
+    for r in records:
+        result = json.loads((grid.run_dir(cells[r["seed"]]) / "result.json").read_text())
+        first = result["evaluations"][0]
+        assert first["step"] == 0
+        assert r["init"]["before"] == {"test_return_mean": first["test_return_mean"],
+                                       "return_mean": first["return_mean"]}
+        assert r["also"] == {"return_mean": result["final"]["return_mean"]}
+        assert r["init"]["train_seconds"] > 0 and r["init"]["updates"] == 100
+    report = (tmp_path / "committed" / "report.md").read_text()
+    assert "grpo on inverted_pendulum from bc (100 updates" in report
+    gains = [r["final"] - r["init"]["before"]["test_return_mean"] for r in records]
+    mean = sum(gains) / 2
+    assert "test_return_mean: before" in report and f"paired gain {mean:.3f} [" in report
+    assert "return_mean: before" in report
+
+    # a second run reuses the stages and the cells
+    stamps = {p: p.stat().st_mtime_ns for c in cells
+              for p in (grid.init_dir(c) / "result.json", grid.run_dir(c) / "result.json")}
+    bench_main(["run", str(path), "figures=false"])
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+
+    # a changed stage trains again, and the cell that started from the old one starts over
+    path = write_init_grid(tmp_path, pendulum, budget=150)
+    grid = load_grid(path)
+    bench_main(["run", str(path), "only=0", "figures=false"])
+    said = capsys.readouterr()
+    said = " ".join((said.out + said.err).split())  # the console wraps lines
+    assert "its init stage's config changed (total_steps: 100 -> 150" in said
+    assert "the config changed since it ran (init: its stage trained again)" in said
+    assert RunDir(grid.init_dir(cells[0])).config.total_steps == 150
+    assert (grid.run_dir(cells[0]).with_name("s0.stale") / "result.json").is_file()
+    assert json.loads((grid.run_dir(cells[0]) / "result.json").read_text())["step"] >= 1600
+
+
+def test_init_stage_records_its_dataset_when_missing(tmp_path):
+    """``collect``: the stage's dataset is recorded once, before the cells run."""
+    data = tmp_path / "random.hdf5"
+    path = write_init_grid(tmp_path, data, collect=["task=inverted_pendulum", "kind=random",
+                                                    "steps=400", "num_envs=8"])
+    bench_main(["run", str(path), "only=0", "figures=false"])
+    from robotrl.data import load_dataset
+
+    assert len(load_dataset(str(data))) == 400
+    grid = load_grid(path)
+    assert (grid.init_dir(grid.cells()[0]) / "result.json").is_file()
+    assert (grid.run_dir(grid.cells()[0]) / "result.json").is_file()
+    stamp = data.stat().st_mtime_ns
+    bench_main(["run", str(path), "figures=false"])  # the other cell: the dataset is reused
+    assert data.stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("stage, message", [
+    ({"init": {"ppo": {"algo": "bc", "dataset": "x.hdf5", "budget": 10}}},
+     "init names algorithm 'ppo' the grid does not run"),
+    ({"init": {"grpo": {"algo": "ppo", "dataset": "x.hdf5", "budget": 10}}},
+     "init.grpo.algo must be an offline algorithm, got 'ppo'"),
+    ({"init": {"grpo": {"algo": "bc", "dataset": "x.hdf5", "budget": 0}}},
+     "init.grpo.budget must be >= 1"),
+    ({"init": {"grpo": {"algo": "bc", "budget": 10}}}, "dataset"),
+])
+def test_bad_init_stage_is_named(stage, message, tmp_path):
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({"name": "g", "out": str(tmp_path / "b"), "tasks": ["reacher"],
+                                    "algos": ["grpo"], **stage}))
+    with pytest.raises(SystemExit, match=message):
+        bench_main(["run", str(path)])
