@@ -1,5 +1,5 @@
 """Does behaviour cloning of the small VLA ground the instruction? Issue 47's diagnosis and
-measure: BC on tabletop ``reach`` demonstrations (the settings of ``vla_grpo.py``'s BC stage),
+measure: BC on tabletop ``reach`` demonstrations (the settings of the VLA grids' BC stage),
 evaluated every ``updates_per_iteration`` updates on the GRPO runs' test states and held-out
 instructions (the same ``group-test-states`` / ``group-heldout-states`` draws of 128 states),
 with where each episode ends and whether the instruction changes what the policy does.
@@ -40,7 +40,7 @@ from robotrl.seeding import derive_seed, seed_everything
 from robotrl.types import Obs
 
 TEST_STATES = 128
-"""States per evaluation set (``vla_grpo.py``'s ``algo.test_states``)."""
+"""States per evaluation set (the VLA grids' ``algo.test_states``)."""
 
 
 def parse() -> argparse.Namespace:

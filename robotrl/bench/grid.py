@@ -240,7 +240,10 @@ def load_grid(path: str | Path, overrides: dict[str, Any] | None = None) -> Grid
     file = Path(path)
     if not file.is_file():
         raise ValueError(f"grid file {path} not found")
-    data = yaml.safe_load(file.read_text())
+    try:
+        data = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"grid file {path} is not valid YAML: {err}") from None
     if not isinstance(data, dict):
         raise ValueError(f"grid file {path} must hold a mapping, got {type(data).__name__}")
     data.update(overrides or {})

@@ -201,6 +201,13 @@ def test_bad_grid_is_named(bad, message, tmp_path, pendulum):
     assert not (tmp_path / "bench").exists()  # nothing written
 
 
+def test_a_grid_that_is_not_yaml_is_named(tmp_path):
+    path = tmp_path / "grid.yaml"
+    path.write_text("name: g\nalgos: {bc: [algo.hidden=[32,32]]}\n")
+    with pytest.raises(SystemExit, match="grid file .*grid.yaml is not valid YAML"):
+        bench_main(["run", str(path)])
+
+
 def test_bad_options_are_named(tmp_path, pendulum):
     path = write_grid(tmp_path, pendulum)
     with pytest.raises(SystemExit, match="unknown launcher 'ray'"):
