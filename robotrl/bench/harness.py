@@ -155,13 +155,17 @@ def _finish(overrides: list[str], run: Path) -> list[str]:
 def init_datasets(grid: Grid) -> None:
     """Record every ``init`` stage's dataset that does not exist and has ``collect`` arguments
     (once, before the cells are sent out: parallel jobs must not record it twice)."""
-    from robotrl.cli.dataset import collect_main
-
     for stage in grid.init.values():
         if stage.collect and not Path(stage.dataset).exists():
             quiet = [] if any(a.startswith("progress=") for a in stage.collect) else [
                 "progress=false"]
-            collect_main([*stage.collect, f"out={stage.dataset}", *quiet])
+            # the command, as a user runs it (the harness does not import the CLI)
+            done = subprocess.run([sys.executable, "-m", "robotrl.cli.main", "dataset",
+                                   "collect", *stage.collect, f"out={stage.dataset}", *quiet],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                raise ValueError(f"recording init dataset {stage.dataset} failed: "
+                                 f"{(done.stderr or done.stdout).strip()[-2000:]}")
 
 
 def init_stage(grid: Grid, cell: Cell) -> bool:

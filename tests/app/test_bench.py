@@ -322,6 +322,13 @@ def test_init_stage_records_its_dataset_when_missing(tmp_path):
     stamp = data.stat().st_mtime_ns
     bench_main(["run", str(path), "figures=false"])  # the other cell: the dataset is reused
     assert data.stat().st_mtime_ns == stamp
+    # a collection that fails is named, with the command's own error, and nothing runs
+    (tmp_path / "bad").mkdir()
+    bad = write_init_grid(tmp_path / "bad", tmp_path / "none.hdf5", collect=["task=nowhere"])
+    with pytest.raises(SystemExit, match="recording init dataset .*none.hdf5 failed: .*unknown "
+                                         "task 'nowhere'"):
+        bench_main(["run", str(bad)])
+    assert not (tmp_path / "bad" / "bench").exists()
 
 
 @pytest.mark.parametrize("stage, message", [
