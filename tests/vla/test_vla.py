@@ -127,7 +127,7 @@ def test_action_chunks_sum_rewards_and_keep_episodes_aligned() -> None:
         ActionChunks(make("tabletop", 2, num_threads=1), 3)
 
 
-def test_grpo_updates_a_token_policy_and_restores_it() -> None:
+def test_grpo_updates_a_token_policy_and_restores_it(grpo_round) -> None:
     env = ActionChunks(_env(8, templates=["reach"]), 2)
     policy = _policy(env, chunk=2)
     cfg = GRPOConfig(group_size=4, outcome="success", num_epochs=1, num_minibatches=1,
@@ -135,13 +135,7 @@ def test_grpo_updates_a_token_policy_and_restores_it() -> None:
     alg = GRPO(env.spec.obs_dim, env.spec.action_low, env.spec.action_high, 8,
                env.spec.max_episode_steps, cfg, seed=0, policy=policy,
                obs_specs=env.spec.observations)
-    obs = env.reset(seed=0)
-    with torch.inference_mode():
-        for _ in range(env.spec.max_episode_steps):
-            out = env.step(alg.act(obs))
-            alg.process_env_step(out.reward, out.terminated, out.truncated, out.info["final_obs"])
-            obs = out.obs
-        alg.end_round(torch.tensor([0, 1, 0, 1, 1, 1, 0, 0.0]))
+    obs = grpo_round(alg, env, env.reset(seed=0), [0, 1, 0, 1, 1, 1, 0, 0.0])
     before = [p.detach().clone() for p in alg.policy.parameters()]
     metrics = alg.update()
     assert metrics["train/groups"] == 2 and abs(metrics["loss/entropy"]) > 0

@@ -33,7 +33,6 @@ from robotrl.experiment import run_training  # noqa: E402
 from robotrl.experiment.build import build_runner  # noqa: E402
 from robotrl.registry import build_policy  # noqa: E402
 from robotrl.seeding import seed_everything  # noqa: E402
-from robotrl.types import Obs  # noqa: E402
 from robotrl.vla import policy_from_arch  # noqa: E402
 from robotrl.vla.hf import HFPolicyConfig, HFTokenPolicy, LoRAReference  # noqa: E402
 
@@ -44,6 +43,8 @@ POLICY = {"hidden_size": 32, "layers": 2, "heads": 2, "vocab_size": 96, "bins": 
           "lora": 8}
 AROUND_LM = {"patches.weight", "patches.bias", "proprio.weight", "proprio.bias", "bos"}
 """The policy's own layers around the LM: new, so trained in full with LoRA too."""
+OUTCOMES = [0, 1, 0, 1, 1, 1, 0, 0.0]
+"""Fixed round outcomes, one per world (the groups of 4 differ)."""
 
 
 def _env(n: int = 8) -> Any:
@@ -61,17 +62,6 @@ def _grpo(env: Any, policy: HFTokenPolicy, kl_coef: float = 0.5) -> GRPO:
     return GRPO(env.spec.obs_dim, env.spec.action_low, env.spec.action_high, env.num_envs,
                 env.spec.max_episode_steps, cfg, seed=0, policy=policy,
                 obs_specs=env.spec.observations)
-
-
-def _iteration(alg: GRPO, env: Any, obs: Obs) -> tuple[Obs, dict[str, float]]:
-    """One round from ``obs`` scored by a fixed outcome (groups differ), then an update."""
-    with torch.inference_mode():
-        for _ in range(env.spec.max_episode_steps):
-            out = env.step(alg.act(obs))
-            alg.process_env_step(out.reward, out.terminated, out.truncated, out.info["final_obs"])
-            obs = out.obs
-        alg.end_round(torch.tensor([0, 1, 0, 1, 1, 1, 0, 0.0]))
-    return obs, alg.update()
 
 
 def _frozen(policy: HFTokenPolicy) -> dict[str, torch.Tensor]:
@@ -100,7 +90,7 @@ def _learner_tensors(alg: GRPO) -> dict[str, list[torch.Tensor]]:
 # ---------------------------------------------------------------------------------- GRPO
 @pytest.mark.parametrize("model_type", ["llama", "gpt2"])
 def test_grpo_trains_only_adapters_and_its_reference_stays_the_initial_policy(
-        model_type: str) -> None:
+        model_type: str, grpo_round) -> None:
     env = _env()
     policy = _policy(env, model_type=model_type)
     initial = copy.deepcopy(policy)  # the test's own full copy of the initial policy
@@ -114,7 +104,8 @@ def test_grpo_trains_only_adapters_and_its_reference_stays_the_initial_policy(
     before = {n: p.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
     obs = env.reset(seed=0)
     for _ in range(3):
-        obs, metrics = _iteration(alg, env, obs)
+        obs = grpo_round(alg, env, obs, OUTCOMES)
+        metrics = alg.update()
     assert metrics["loss/kl_ref"] > 0  # the policy moved away from the reference
     for name, value in policy.lm.named_parameters():  # the LM's own weights: bit-identical
         if name in lm_weights:
@@ -131,12 +122,13 @@ def test_grpo_trains_only_adapters_and_its_reference_stays_the_initial_policy(
         torch.testing.assert_close(logp, now, atol=1e-5, rtol=0)  # KV-cached decoding, adapters on
 
 
-def test_grpo_holds_no_second_copy_of_the_lm() -> None:
+def test_grpo_holds_no_second_copy_of_the_lm(grpo_round) -> None:
     env = _env()
     held = {}
     for lora in (0, 8):
         alg = _grpo(env, _policy(env, lora=lora))
-        _iteration(alg, env, env.reset(seed=0))
+        grpo_round(alg, env, env.reset(seed=0), OUTCOMES)
+        alg.update()
         held[lora] = {k: _bytes(*v) for k, v in _learner_tensors(alg).items()}
         policy = alg.policy
         every = _bytes(*policy.parameters())
