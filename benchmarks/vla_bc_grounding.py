@@ -60,35 +60,40 @@ def parse() -> argparse.Namespace:
                         "options.max_episode_steps=20")
     p.add_argument("--runs", default="runs/bench/vla_bc")
     p.add_argument("--out", default="benchmarks/figures/vla/bc_grounding.json")
-    p.add_argument("--table", nargs=2, metavar=("BEFORE", "AFTER"),
-                   help="print the per-seed table of two tags of --out and exit")
+    p.add_argument("--table", nargs="+", metavar="TAG",
+                   help="print the per-seed table of these tags of --out and exit")
     return p.parse_args()
 
 
-def table(report: dict[str, Any], before: str, after: str) -> None:
-    """Per seed: test and held-out success, where episodes end, of two tags; the means and
-    how many seeds reach 0.5 test success (issue 47's target: 9 of 10)."""
+def table(report: dict[str, Any], tags: list[str]) -> None:
+    """Per seed and tag: test and held-out success, where test episodes end, and the best
+    keypoint's R^2 on the named object's position (``—``: that tag has no run of the seed);
+    per tag: the means and how many seeds reach 0.5 test success (issue 47's target: 9 of
+    10)."""
     runs = {(r["tag"], r["seed"]): r for r in report["records"] if not r.get("partial")}
-    seeds = sorted({s for t, s in runs if t == before} & {s for t, s in runs if t == after})
-    print(f"| seed | {before} test | {before} held-out | {before} at target/other/nowhere | "
-          f"{before} s | {after} test | {after} held-out | {after} at target/other/nowhere | "
-          f"{after} s |")
-    print("|---:|---:|---:|---|---:|---:|---:|---|---:|")
+    seeds = sorted({s for t, s in runs if t in tags})
+    print("| seed | " + " | ".join(f"{t}: test / held-out / at target, other, nowhere / "
+                                    "keypoint R^2" for t in tags) + " |")
+    print("|---:|" + "---|" * len(tags))
     for seed in seeds:
         cells = []
-        for tag in (before, after):
-            r = runs[(tag, seed)]
+        for tag in tags:
+            r = runs.get((tag, seed))
+            if r is None:
+                cells.append("—")
+                continue
             t = r["curve"][-1]["test"]
-            cells += [f"{r['test_success']:.2f}", f"{r['heldout_success']:.2f}",
-                      f"{t['at_target']:.2f}/{t['at_other']:.2f}/{t['nowhere']:.2f}",
-                      f"{r['bc_seconds']:.0f}"]
+            r2 = t.get("keypoint_target_r2")
+            cells.append(f"{r['test_success']:.2f} / {r['heldout_success']:.2f} / "
+                         f"{t['at_target']:.2f}, {t['at_other']:.2f}, {t['nowhere']:.2f} / "
+                         + ("—" if r2 is None else f"{r2:.2f}"))
         print(f"| {seed} | " + " | ".join(cells) + " |")
-    for tag in (before, after):
-        test = [runs[(tag, s)]["test_success"] for s in seeds]
-        held = [runs[(tag, s)]["heldout_success"] for s in seeds]
+    for tag in tags:
+        test = [runs[(tag, s)]["test_success"] for s in seeds if (tag, s) in runs]
+        held = [runs[(tag, s)]["heldout_success"] for s in seeds if (tag, s) in runs]
         if test:
-            print(f"{tag}: test mean {sum(test) / len(test):.3f}, held-out mean "
-                  f"{sum(held) / len(held):.3f}, seeds >= 0.5 test: "
+            print(f"{tag}: {len(test)} seeds, test mean {sum(test) / len(test):.3f}, held-out "
+                  f"mean {sum(held) / len(held):.3f}, seeds >= 0.5 test: "
                   f"{sum(x >= 0.5 for x in test)} of {len(test)}")
 
 
@@ -263,7 +268,7 @@ def main() -> None:
     out = Path(args.out)
     report = json.loads(out.read_text()) if out.exists() else {"records": []}
     if args.table:
-        table(report, *args.table)
+        table(report, args.table)
         return
     report["about"] = __doc__.split("\n\n")[0]
     for seed in args.seeds:
