@@ -5,7 +5,7 @@ grids' committed results files, mean and 95% Student-t interval over seeds.
     robotrl bench run benchmarks/grids/vla_grpo_reach_16demos.yaml   # and 64demos, 128demos
     python benchmarks/vla_data_efficiency.py    # -> benchmarks/figures/vla/data_efficiency.png
 
-The grids are BC from 16, 64 and 128 demonstrations, then GRPO; BC alone from 512 (the
+The grids are BC from 16, 64, 128 and 256 demonstrations, then GRPO; BC alone from 512 (the
 grounding study's records, same settings) is the flat line.
 """
 
@@ -24,7 +24,7 @@ from robotrl.stats import mean_interval
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--grids", nargs="+", default=[
-        f"benchmarks/grids/vla_grpo_reach_{n}demos.yaml" for n in (16, 64, 128)])
+        f"benchmarks/grids/vla_grpo_reach_{n}demos.yaml" for n in (16, 64, 128, 256)])
     p.add_argument("--out", default="benchmarks/figures/vla/data_efficiency.png")
     p.add_argument("--title", default="tabletop reach: test states")
     p.add_argument("--bc-reference", default="film_kpaux",
