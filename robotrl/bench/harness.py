@@ -171,19 +171,13 @@ def init_datasets(grid: Grid) -> None:
 def init_stage(grid: Grid, cell: Cell) -> bool:
     """Train (or reuse, or resume) the ``init`` stage ``cell`` starts from; whether it trained
     now (the cell's own run, if any, then started from another policy: stale)."""
-    from robotrl.logging import console
-
     run, budget = grid.init_dir(cell), grid.init[cell.algo].budget
     overrides = init_overrides(grid, cell)
     diff = _changed(run, overrides)
     if not diff and _reached(run, budget) is not None:
         return False
     if diff:
-        aside = run.with_name(run.name + ".stale")
-        shutil.rmtree(aside, ignore_errors=True)
-        run.rename(aside)
-        console.print(f"[yellow]{cell.label}: its init stage's config changed "
-                      f"({'; '.join(diff[:4])}); moved to {aside}, starting over[/yellow]")
+        _set_aside(run, f"{cell.label}: its init stage's config changed", diff)
         overrides = init_overrides(grid, cell)  # no resume from the moved run
     Experiment.from_overrides(overrides).run()
     if _reached(run, budget) is None:
@@ -275,12 +269,7 @@ def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
         done, diff = None, ["init: its stage trained again"]
     if done is None:
         if diff:  # never resumed or reused under another config: set aside, start over
-            aside = run.with_name(run.name + ".stale")
-            shutil.rmtree(aside, ignore_errors=True)
-            run.rename(aside)
-            console.print(f"[yellow]{cell.label}: the config changed since it ran "
-                          f"({'; '.join(diff[:4])}{'; ...' if len(diff) > 4 else ''}); "
-                          f"its run moved to {aside}, starting over[/yellow]")
+            _set_aside(run, f"{cell.label}: the config changed since it ran", diff)
         run.mkdir(parents=True, exist_ok=True)
         try:
             if cell.runner == ROBOTRL:
@@ -302,6 +291,18 @@ def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
     console.print(f"{cell.label}: {grid.metric} {score:.1f} "
                   f"({done.get('train_seconds', float('nan')) / 60:.1f} min)")
     return done
+
+
+def _set_aside(run: Path, why: str, diff: list[str]) -> None:
+    """Move ``run`` to ``<run>.stale`` (replacing an older one) so that it is neither resumed
+    nor reused, and say ``why`` with the first differences."""
+    from robotrl.logging import console
+
+    aside = run.with_name(run.name + ".stale")
+    shutil.rmtree(aside, ignore_errors=True)
+    run.rename(aside)
+    console.print(f"[yellow]{why} ({'; '.join(diff[:4])}{'; ...' if len(diff) > 4 else ''}); "
+                  f"its run moved to {aside}, starting over[/yellow]")
 
 
 def _failed(cell: Cell, run: Path, err: Exception, what: str = "") -> None:
