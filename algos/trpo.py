@@ -52,6 +52,14 @@ KL_PER_ACTION_DIM = 0.01
 """The default trust-region radius per action dimension (``TRPOConfig.max_kl`` None)."""
 
 
+KL_SCHEDULES: dict[str, Callable[[float], float]] = {
+    "fixed": lambda progress: 1.0,
+    "linear": lambda progress: max(0.0, 1.0 - progress),
+}
+"""``TRPOConfig.kl_schedule``: the fraction of ``max_kl`` in use, given the fraction of
+training done."""
+
+
 @dataclass
 class TRPOConfig:
     """TRPO hyperparameters; defaults for MuJoCo locomotion with 32 worlds
@@ -69,6 +77,11 @@ class TRPOConfig:
     over dimensions): 0.06 on HalfCheetah, 0.01 on InvertedPendulum. Measured on HalfCheetah,
     200k steps, seeds 0-2: eval 1651/1035/606 with 0.06, 702/485/-163 with the paper's 0.01
     (Schulman et al. 2015): a 6-D task wants a wider region than a 1-D one."""
+    kl_schedule: str = "fixed"
+    """"fixed": the radius ``max_kl`` on every update; "linear": ``max_kl`` x (1 - fraction of
+    training done), down to 0 at the end (as PPO's linear learning rate). TRPO spends its whole
+    radius on every update, so a solved task keeps moving; the linear schedule freezes it
+    toward the end. Measured on InvertedDoublePendulum, 1M steps: ``configs/tuned/``."""
     cg_iters: int = 10
     """Conjugate-gradient iterations for the natural gradient."""
     cg_damping: float = 0.1
@@ -136,6 +149,9 @@ class TRPOConfig:
         if self.max_kl is not None and not self.max_kl > 0:
             raise ValueError(f"max_kl must be > 0 (or null: {KL_PER_ACTION_DIM} per action "
                              f"dimension), got {self.max_kl}")
+        if self.kl_schedule not in KL_SCHEDULES:
+            raise ValueError(f"unknown kl_schedule {self.kl_schedule!r}; known: "
+                             f"{', '.join(KL_SCHEDULES)}")
         if not 0 <= self.min_action_std < 1:
             raise ValueError(f"min_action_std must be in [0, 1), got {self.min_action_std}")
         if not self.critic_lr > 0:
@@ -275,7 +291,9 @@ class TRPO(GaussianOnPolicy):
         self.critic_optimizer = adam(self.critic_params, cfg.critic_lr, eps=1e-5)
         self.critic_step = GradientStep("TRPO", "critic", self.critic_optimizer)
         self.max_kl = cfg.kl_bound(self.action_low.numel())
-        """The trust-region radius in use (``TRPOConfig.kl_bound``)."""
+        """The trust-region radius (``TRPOConfig.kl_bound``)."""
+        self.radius = self.max_kl
+        """This update's radius: ``max_kl`` scaled by ``TRPOConfig.kl_schedule``."""
 
     def _surrogate_and_kl(
         self, old: Normal, obs: torch.Tensor, action: torch.Tensor, old_log_prob: torch.Tensor,
@@ -316,8 +334,8 @@ class TRPO(GaussianOnPolicy):
         fvp = fisher_vector_product(kl, params, cfg.cg_damping)
         step_dir, cg_residual = conjugate_gradient(fvp, g, cfg.cg_iters)
         shs = step_dir @ fvp(step_dir)
-        # quadratic model: 1/2 (b s)^T F (b s) = max_kl  =>  b = sqrt(2 max_kl / s^T F s)
-        scale = torch.where(shs > 0, torch.sqrt(2.0 * self.max_kl / shs), 0.0)
+        # quadratic model: 1/2 (b s)^T F (b s) = radius  =>  b = sqrt(2 radius / s^T F s)
+        scale = torch.where(shs > 0, torch.sqrt(2.0 * self.radius / shs), 0.0)
         full_step = (scale * step_dir).detach()
         old_loss = distributed.mean(loss.detach())
         check = torch.stack([old_loss, g.abs().sum(), full_step.abs().sum()])
@@ -340,7 +358,7 @@ class TRPO(GaussianOnPolicy):
                 improvement = old_loss - new_loss
                 kl_value, improvement_value = torch.stack([new_kl, improvement]).tolist()
                 # NaN fails both comparisons, so a non-finite trial is never accepted
-                if kl_value <= self.max_kl and improvement_value > 0:
+                if kl_value <= self.radius and improvement_value > 0:
                     result.update(loss=new_loss, kl=new_kl, accepted=zero + 1.0,
                                   fraction=zero + fraction, improvement=improvement)  # fmt: skip
                     break
@@ -375,7 +393,7 @@ class TRPO(GaussianOnPolicy):
         """One TRPO policy step and the value regression on the stored rollout; then clear it.
 
         Args:
-            progress: fraction of training done, in [0, 1] (unused: TRPO has no schedule).
+            progress: fraction of training done, in [0, 1] (drives ``kl_schedule``).
 
         Returns:
             Flat metrics: ``loss/policy`` (surrogate loss after the step), ``loss/value`` (mean
@@ -391,6 +409,7 @@ class TRPO(GaussianOnPolicy):
             NonFiniteError: a surrogate, gradient, step or value loss is NaN/Inf; raised
                 before the parameters it would corrupt are changed.
         """
+        self.radius = self.max_kl * KL_SCHEDULES[self.cfg.kl_schedule](progress)
         explained_variance = self._explained_variance_and_normalize(self.cfg.normalize_advantages)
         step = self._policy_step()
         value, critic_grad_norm = self._fit_critic()

@@ -253,6 +253,33 @@ def test_solved_task_drives_log_std_down_until_the_floor(min_action_std: float) 
         assert stds[-1] == pytest.approx(0.1, rel=1e-4) and min(stds) >= 0.1 * (1 - 1e-4), stds
 
 
+@pytest.mark.parametrize("schedule", ["fixed", "linear"])
+def test_kl_schedule_scales_the_radius_of_each_step(schedule: str) -> None:
+    """The linear schedule's radius is ``max_kl`` x (1 - progress): each accepted step's exact
+    KL stays within it, the fixed one spends up to ``max_kl`` throughout, and at the end of
+    training the linear radius is 0 and the policy does not move."""
+    torch.manual_seed(0)
+    env = make("inverted_pendulum", 8, seed=0, num_threads=1)
+    spec = env.spec
+    cfg = TRPOConfig(rollout_steps=16, critic_epochs=1, critic_minibatches=2, kl_schedule=schedule)
+    alg = TRPO(spec.obs_dim, spec.action_low, spec.action_high, 8, cfg, seed=0)
+    obs = env.reset()
+    kls = []
+    for progress in (0.0, 0.5, 0.9, 1.0):
+        obs = _rollout(alg, env, obs)
+        before = [p.detach().clone() for p in alg.actor_params]
+        metrics = alg.update(progress)
+        scale = 1.0 if schedule == "fixed" else 1.0 - progress
+        assert alg.radius == pytest.approx(alg.max_kl * scale)
+        assert metrics["train/kl"] <= alg.max_kl * scale * (1 + 1e-5)
+        kls.append(metrics["train/kl"])
+        moved = any(not torch.equal(a, b) for a, b in zip(before, alg.actor_params, strict=True))
+        assert moved == (scale > 0), (progress, metrics)
+    assert kls[0] > 0.2 * alg.max_kl  # a real step (0.45 of the radius after the line search)
+    with pytest.raises(ValueError, match="unknown kl_schedule 'cosine'; known: fixed, linear"):
+        TRPOConfig(kl_schedule="cosine")
+
+
 def test_trpo_learns_point_env(point_learner: Callable[..., Any]) -> None:
     """The fast learning check: TRPO with the default KL bound (0.01 per action dimension)
     drives conftest's PointEnv to the origin in 10 updates (~0.4 s): 18.6 with seed 0, 4.8 for
