@@ -12,7 +12,7 @@ the ``*-v5`` envs ours reproduce), seeded with the cell's seed, one torch thread
           episodes: 10          # evaluation episodes (default 10, robotrl's eval_episodes)
           eval_every: 100000    # env steps between evaluations (default: budget / 10)
           torch_threads: 1      # (default 1)
-          n_envs: 8             # SB3 sub-envs of a matched on-policy config (default 8)
+          n_envs: 8             # SB3 sub-envs of a matched on-policy config (default: ours' num_envs)
           overrides: {ppo: [algo.reward_scaling=false]}   # our algo -> its cells' overrides
           hyperparams: {SAC: {learning_starts: 10000, tasks: {hopper: {gamma: 0.99}}}}
 
@@ -23,6 +23,10 @@ Hyperparameters, each step over the one before:
    included), mapped onto SB3's arguments (``ppo_from_ours``, ``trpo_from_ours``: the same
    networks, rollout batch over ``n_envs`` sub-envs, minibatches, epochs, discount, GAE, clip
    or trust region; ``VecNormalize`` for ours' observation normalization and reward scaling).
+   ``n_envs`` defaults to ours' ``num_envs``, so SB3 collects the same shape of rollout: the
+   batch alone is not enough, since GAE stops at the rollout's end and bootstraps from the
+   critic there (128 worlds x 16 steps leave about 60% of its weight on Walker2d to the critic,
+   8 x 256 about 6%).
    Otherwise rl-baselines3-zoo's MuJoCo hyperparameters (``ZOO_HP`` below, each entry naming
    its file), else SB3's defaults.
 2. ``options.hyperparams[ALGO]``, then its ``tasks[<task>]``: SB3 constructor arguments, plus
@@ -227,7 +231,7 @@ def hyperparameters(cell: PeerCell, act_dim: int) -> tuple[dict[str, Any], str, 
 
         cfg = compose([f"algo={cell.our_algo}", f"env={task}", f"seed={cell.seed}",
                        f"total_steps={cell.budget}", *overrides])
-        n_envs = int(given.get("n_envs", options.get("n_envs", 8)))
+        n_envs = int(given.get("n_envs", options.get("n_envs", cfg.num_envs)))
         hp, notes = MAPPINGS[algo](cfg, n_envs, act_dim)
         source = (f"robotrl's composed config (algo={cell.our_algo} env={task} "
                   f"{' '.join(overrides)}) mapped onto {algo}")

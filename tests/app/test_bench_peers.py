@@ -71,3 +71,35 @@ def test_sb3_peer_cell_reads_like_a_robotrl_cell(tmp_path):
                            reps=200)
     assert summary["budgets"][str(BUDGET)]["cells"]["inverted_pendulum|sac@sb3"]["seeds"] == 1
     assert "| task | sac | sac@sb3 |" in text and "sac > sac@sb3" in text
+
+
+MAPPING = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("sb3_peer", sys.argv[1])
+peer = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(peer)
+hp, source, notes = peer.hyperparameters(peer.PeerCell(sys.argv[2]), 1)
+print(json.dumps({"n_envs": hp["n_envs"], "n_steps": hp["n_steps"], "source": source}))
+"""
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({}, (4, 8)),                # ours' shape: 4 worlds x 8 steps
+    ({"n_envs": 2}, (2, 16)),    # asked for: the same batch, a longer rollout per sub-env
+])
+def test_sb3_peer_collects_our_rollout_shape(tmp_path, options, expected):
+    """Mapped onto SB3, our PPO config keeps its rollout's shape unless a grid asks otherwise:
+    GAE stops at the rollout's end, so 128 x 16 and 8 x 256 are different learners."""
+    import subprocess
+    import sys
+
+    cell = tmp_path / "cell.json"
+    cell.write_text(json.dumps({
+        "algo": "PPO", "our_algo": "ppo", "target": "inverted_pendulum", "offline": False,
+        "seed": 0, "budget": 1000, "run_dir": str(tmp_path / "run"),
+        "options": {"overrides": {"ppo": ["num_envs=4", "algo.rollout_steps=8"]}, **options}}))
+    out = subprocess.run([sys.executable, "-c", MAPPING, str(SCRIPT), str(cell)], check=True,
+                         capture_output=True, text=True).stdout
+    mapped = json.loads(out.strip().splitlines()[-1])
+    assert (mapped["n_envs"], mapped["n_steps"]) == expected
+    assert "robotrl's composed config" in mapped["source"]
