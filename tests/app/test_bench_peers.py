@@ -4,6 +4,8 @@ evaluations on robotrl's schedule, written atomically), which collect and the re
 a robotrl cell's."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,9 +92,6 @@ print(json.dumps({"n_envs": hp["n_envs"], "n_steps": hp["n_steps"], "source": so
 def test_sb3_peer_collects_our_rollout_shape(tmp_path, options, expected):
     """Mapped onto SB3, our PPO config keeps its rollout's shape unless a grid asks otherwise:
     GAE stops at the rollout's end, so 128 x 16 and 8 x 256 are different learners."""
-    import subprocess
-    import sys
-
     cell = tmp_path / "cell.json"
     cell.write_text(json.dumps({
         "algo": "PPO", "our_algo": "ppo", "target": "inverted_pendulum", "offline": False,
