@@ -26,15 +26,15 @@ float32 the batched products may round differently from the solo ones. Subclasse
 ``SeedBatchCrossQ`` and ``SeedBatchFastTD3`` below; PPO's, whose update is epochs of
 minibatches, is ``robotrl.algos.ppo_seed_batch``.
 
-On a CUDA device the updates of a call can be replayed from CUDA graphs (``cuda_graphs``; on
-by default there for TD3+BC and IQL, whose graphed batches were compared with each seed alone
-on a GPU; the others' GPU tests wait for one): each seed's random draws are made as above,
-outside the graph, and copied into the graph's static inputs; the rest of an update (sampling rows, forward, backward, Adam with
-``capturable`` step counts, Polyak) is one graph launch instead of ~100 kernel launches. A graph
-is recorded per kind of update (e.g. with or without a delayed actor step) after that kind has
-run eagerly twice in the call (so every optimizer state exists before recording), and is
-dropped at the end of the call. ``tests/algos/test_seed_batch.py`` compares graphed batches
-with each seed alone on a GPU.
+On a CUDA device the updates of a call are replayed from CUDA graphs (``cuda_graphs``, on by
+default there: every batch's graphed updates equal each seed alone in float64 on an H100,
+``pytest -m gpu``, 2026-11-26): each seed's random draws are made as above, outside the graph,
+and copied into the graph's static inputs; the rest of an update (sampling rows, forward,
+backward, Adam with ``capturable`` step counts, Polyak) is one graph launch instead of ~100
+kernel launches. A graph is recorded per kind of update (e.g. with or without a delayed actor
+step) after that kind has run eagerly twice in the call (so every optimizer state exists before
+recording), and is dropped at the end of the call. ``tests/algos/test_seed_batch*.py`` compare
+graphed batches with each seed alone on a GPU.
 
 Divergence: after each ``update`` call (one host read) a seed whose critic loss or gradient
 norm (or, on actor updates, actor loss or gradient norm) is non-finite is stopped: its learner
@@ -138,9 +138,6 @@ class SeedBatch:
 
     GRAPH_WARMUP = 2
     """Eager updates of a kind, per ``update`` call, before that kind is recorded as a graph."""
-    GRAPHS_CHECKED = False
-    """Whether ``cuda_graphs`` defaults on: set where the GPU test (``pytest -m gpu``) has
-    passed on a GPU (TD3+BC, IQL); the others take ``cuda_graphs=True`` explicitly until then."""
 
     def __init__(self, learners: Sequence[Any], cuda_graphs: bool | None = None) -> None:
         cfg = same_learners(learners, self.LEARNER, type(self).__name__)
@@ -153,9 +150,8 @@ class SeedBatch:
         if cuda_graphs and not on_cuda:
             raise ValueError(f"cuda_graphs=True needs learners on a CUDA device, got "
                              f"{learners[0].device}")
-        self.cuda_graphs = on_cuda and self.GRAPHS_CHECKED if cuda_graphs is None else cuda_graphs
-        """Replay the updates from CUDA graphs (default: on a CUDA device, for the batches
-        whose graphed updates have been compared with each seed alone on a GPU)."""
+        self.cuda_graphs = on_cuda if cuda_graphs is None else cuda_graphs
+        """Replay the updates from CUDA graphs (default: on a CUDA device)."""
 
     @property
     def active(self) -> list[int]:

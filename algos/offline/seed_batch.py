@@ -101,8 +101,6 @@ class OfflineSeedBatch(SeedBatch):
 class SeedBatchTD3BC(OfflineSeedBatch):
     """S ``TD3BC`` learners trained as one (``TD3BC._update_once``, stacked)."""
 
-    GRAPHS_CHECKED = True  # tests/algos/test_seed_batch.py on an H200, 2026-11-26
-
     LEARNER = TD3BC
     NETS = ("actor", "critic", "actor_target", "critic_target")
     OPTIMIZED = ("actor", "critic")
@@ -194,8 +192,6 @@ class SeedBatchTD3BC(OfflineSeedBatch):
 class SeedBatchIQL(OfflineSeedBatch):
     """S ``IQL`` learners trained as one (``IQL._update_once``, stacked; the actor's cosine
     learning rate set on every learner as ``IQL.update`` sets it)."""
-
-    GRAPHS_CHECKED = True  # tests/algos/test_seed_batch.py on an H200, 2026-11-26
 
     LEARNER = IQL
     NETS = ("actor", "value", "critic", "critic_target")
@@ -400,7 +396,6 @@ class SeedBatchReBRAC(SeedBatchTD3BC):
     coefficients its own (resolved from the dataset's card at attach)."""
 
     LEARNER = ReBRAC
-    GRAPHS_CHECKED = False  # TD3+BC's graphs were checked on a GPU, ReBRAC's not yet
 
     def _data(self, seeds: list[int], st: dict[str, Any]) -> None:
         super()._data(seeds, st)
@@ -534,7 +529,6 @@ class SeedBatchTD3BCMCEP(_EvaluationPolicies, SeedBatchTD3BC):
     evaluation policies' own TD3+BC step at ``eval_alpha``."""
 
     LEARNER = TD3BCMCEP
-    GRAPHS_CHECKED = False
     NETS = (*SeedBatchTD3BC.NETS, "eval_policy")
     OPTIMIZED = (*SeedBatchTD3BC.OPTIMIZED, "eval_policy")
     METRIC_KEYS = TD3BCMCEP.METRIC_KEYS

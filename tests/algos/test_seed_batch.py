@@ -236,9 +236,8 @@ def test_a_diverging_iql_seed_is_stopped_alone() -> None:
 def test_cuda_graphs_replay_each_seed_alone(cfg: TD3BCConfig | IQLConfig) -> None:
     """On a GPU the batch replays CUDA graphs (12 updates a call: each kind of update twice
     eagerly, then recorded and replayed) and is still every seed's run alone, in float64 over
-    two calls (the second records its graphs anew over the Adam state written back). Passed on
-    an H200 for TD3+BC and IQL (their batches default to graphs there, ``GRAPHS_CHECKED``); the
-    others not yet run on a GPU."""
+    two calls (the second records its graphs anew over the Adam state written back). Passed for
+    every offline batch on an H100, 2026-11-26 (TD3+BC and IQL first on an H200)."""
     batch, alone = batch_and_alone(cfg, "cuda", cuda_graphs=True)
     assert batch.cuda_graphs
     worst = two_calls(batch, alone)
