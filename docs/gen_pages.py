@@ -60,8 +60,7 @@ def result_pages() -> None:
         if not grid.results_path.is_file():
             continue
         records = committed_records(grid)
-        machines = sorted({r["machine"] for r in records if r.get("machine")})
-        text, _ = report(grid, records, machines, with_figures=False)
+        text, _ = report(grid, records, with_figures=False)
         name = path.stem
         with mkdocs_gen_files.open(f"results/{name}.md", "w") as f:
             f.write(text)

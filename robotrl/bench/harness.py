@@ -11,7 +11,8 @@ this process), ``joblib`` (``jobs`` local processes), ``submitit_local`` / ``sub
 (``robotrl[launchers]``). A robotrl cell is ``robotrl.experiment.Experiment`` on the grid's
 overrides; a peer cell runs the peer's script in the peer's interpreter. Either way the cell
 ends with ``result.json`` in its run directory (written last, atomically); ``failed.json``
-holds the error of a cell that failed.
+holds the error of a cell that failed, ``load.json`` the machine's load average while the cell
+trained (``LoadSampler``: the tables say on which machine and under what load they ran).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -40,6 +42,59 @@ LAUNCHERS = {"basic": "", "joblib": "hydra_plugins.hydra_joblib_launcher",
 
 DEFAULTS = ("logger.progress=false", "torch_threads=1")
 """Added to a robotrl cell's overrides unless the grid sets the key."""
+
+
+LOAD_FILE = "load.json"
+"""A cell's load record in its run directory (``LoadSampler``)."""
+
+
+class LoadSampler:
+    """The machine's 1-minute load average (``os.getloadavg``: every process on it, a peer's
+    and other users' too), sampled when a cell starts training, every ``every`` seconds while
+    it trains and when it stops, then added to ``load.json`` in each of ``runs`` (``mean``,
+    ``min``, ``max``, ``samples``; a resumed cell's segments pooled)."""
+
+    def __init__(self, runs: list[Path], every: float = 30.0) -> None:
+        self.runs, self.every = runs, every
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> None:
+        try:
+            self.samples.append(os.getloadavg()[0])
+        except OSError:  # not on this platform
+            pass
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def __enter__(self) -> LoadSampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        for run in self.runs:
+            if run.is_dir() and self.samples:
+                write_json(run / LOAD_FILE, pooled_load(read_json(run / LOAD_FILE),
+                                                        self.samples), indent=1)
+
+
+def pooled_load(before: dict[str, Any] | None, samples: list[float]) -> dict[str, Any]:
+    """``load.json`` of ``before`` (None: none yet) with ``samples`` added."""
+    n = len(samples)
+    now = {"mean": sum(samples) / n, "min": min(samples), "max": max(samples), "samples": n}
+    if not before:
+        return now
+    total = before["samples"] + n
+    return {"mean": (before["mean"] * before["samples"] + now["mean"] * n) / total,
+            "min": min(before["min"], now["min"]), "max": max(before["max"], now["max"]),
+            "samples": total}
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -232,7 +287,8 @@ def run_seed_batch(grid: Grid, cells: list[Cell]) -> None:
                  if not o.startswith(("run_dir=", "resume="))]
     overrides += [f"run_dir={parent}", f"num_seeds={len(cells)}"]
     try:
-        Experiment.from_overrides(overrides).run()
+        with LoadSampler([grid.run_dir(c) for c in cells]):
+            Experiment.from_overrides(overrides).run()
     except KeyboardInterrupt:
         raise
     except Exception as err:  # noqa: BLE001 - recorded per cell, as run_cell does
@@ -272,10 +328,11 @@ def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
             _set_aside(run, f"{cell.label}: the config changed since it ran", diff)
         run.mkdir(parents=True, exist_ok=True)
         try:
-            if cell.runner == ROBOTRL:
-                Experiment.from_overrides(cell_overrides(grid, cell)).run()
-            else:
-                run_peer(grid, cell)
+            with LoadSampler([run]):
+                if cell.runner == ROBOTRL:
+                    Experiment.from_overrides(cell_overrides(grid, cell)).run()
+                else:
+                    run_peer(grid, cell)
             if grid.ope_updates and cell.runner == ROBOTRL:
                 ope_stage(grid, cell)
             done = reached(grid, cell)  # trained just now, with the config the grid composes
@@ -410,6 +467,9 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
                   "machine": done.get("machine", ""),
                   "curve": {"steps": [e["step"] for e in evals],
                             "score": [e[grid.metric] for e in evals]}}
+        load = read_json(run / LOAD_FILE)
+        if load:
+            record["load"] = round(load["mean"], 2)
         if grid.also:
             record["also"] = {k: done["final"].get(k, float("nan")) for k in grid.also}
         if cell.algo in grid.init:

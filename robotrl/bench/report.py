@@ -15,6 +15,8 @@ results file.
 - Grids whose cells start from an ``init`` stage (behaviour cloning, then RL): every seed's
   score before (the cell's evaluation at step 0) and after, for the metric and ``also``, the
   paired gain's mean with a Student-t 95% CI, and the wall clock of both stages.
+- The machines the cells ran on, each with the range of its cells' mean load average where
+  recorded (``robotrl.bench.harness.LoadSampler``).
 """
 
 from __future__ import annotations
@@ -303,12 +305,26 @@ def figures(grid: Grid, records: list[dict[str, Any]], folder: Path) -> list[str
     return written
 
 
-def report(grid: Grid, records: list[dict[str, Any]], machines: list[str],
-           with_figures: bool = True, reps: int = 50_000) -> tuple[str, dict[str, Any]]:
+def machines(records: list[dict[str, Any]]) -> list[str]:
+    """Each machine the records ran on, with the range of its cells' mean load average where
+    they have one (``load.json``; records from before it have none)."""
+    out = []
+    for name in sorted({r["machine"] for r in records if r.get("machine")}):
+        loads = [r["load"] for r in records if r.get("machine") == name and "load" in r]
+        if loads:
+            low, high = min(loads), max(loads)
+            span = f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f}"
+            name += f" (load average {span} over {len(loads)} runs)"
+        out.append(name)
+    return out
+
+
+def report(grid: Grid, records: list[dict[str, Any]], with_figures: bool = True,
+           reps: int = 50_000) -> tuple[str, dict[str, Any]]:
     """(markdown, summary) of ``records``; figures next to the report file."""
     summary = summarize(grid, records, reps)
     folder = grid.report_path.parent / "figures"
     if with_figures:
         figures(grid, records, folder)
     names = [str(folder / f"{grid.name}-{b}-curves.png") for b in grid.budgets]
-    return markdown(grid, summary, machines, names), summary
+    return markdown(grid, summary, machines(records), names), summary

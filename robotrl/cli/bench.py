@@ -153,8 +153,7 @@ def bench_main(argv: list[str]) -> None:
             raise SystemExit(f"bench error: {err}") from None
         console.print(f"ran in {seconds / 60:.1f} min")
     records, kept = _merged(grid, check)
-    machines = sorted({r["machine"] for r in records if r.get("machine")})
-    text, _ = report(grid, records, machines, with_figures=options.get("figures", not check))
+    text, _ = report(grid, records, with_figures=options.get("figures", not check))
     if check:
         committed = grid.report_path.read_text() if grid.report_path.is_file() else ""
         if committed != text:

@@ -3,6 +3,7 @@ recomputable from the committed results alone (and checked by ``--check``), bad 
 robotrl ope on a trained run."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,29 @@ def test_batch_seeds_trains_a_cells_seeds_in_one_process(pendulum, tmp_path, cap
     assert one["config"] == two["config"]  # the same config: a seed of a batch is that run
     with pytest.raises(SystemExit, match="batch_seeds needs consecutive seeds"):
         bench_main(["run", str(grid_path), "seeds=[0,2]"])
+    # each cell, batched or alone, records the machine's load while it trained; the report
+    # says it beside the machine
+    for run in [*batched.values(), solo.run_dir(solo.cells()[0])]:
+        load = json.loads((run / "load.json").read_text())
+        assert load["samples"] >= 2 and load["min"] <= load["mean"] <= load["max"]
+    saved = json.loads((tmp_path / "committed" / "results.json").read_text())["records"]
+    assert all(isinstance(r["load"], float) for r in saved)
+    assert " (load average " in (tmp_path / "committed" / "report.md").read_text()
+
+
+def test_load_sampler_pools_a_resumed_cells_segments(tmp_path):
+    from robotrl.bench.harness import LOAD_FILE, LoadSampler, pooled_load
+
+    with LoadSampler([tmp_path], every=0.01) as first:
+        time.sleep(0.05)
+    assert len(first.samples) >= 3
+    with LoadSampler([tmp_path], every=10.0) as second:  # a resumed cell: start and stop
+        pass
+    load = json.loads((tmp_path / LOAD_FILE).read_text())
+    assert load["samples"] == len(first.samples) + len(second.samples)
+    assert load == pooled_load(pooled_load(None, first.samples), second.samples)
+    assert pooled_load({"mean": 1.0, "min": 1.0, "max": 1.0, "samples": 1}, [3.0, 5.0]) == {
+        "mean": 3.0, "min": 1.0, "max": 5.0, "samples": 3}
 
 
 def test_batch_seeds_groups_only_what_a_seed_batch_can_train(tmp_path):

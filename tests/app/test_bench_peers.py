@@ -69,8 +69,7 @@ def test_sb3_peer_cell_reads_like_a_robotrl_cell(tmp_path):
     record = records["sb3"]
     assert record["steps"] == BUDGET and record["final"] == final["return_mean"]
     assert record["best"] == final["best"] and record["curve"]["steps"] == [100, 200, 300]
-    text, summary = report(grid, list(records.values()), [machine()], with_figures=False,
-                           reps=200)
+    text, summary = report(grid, list(records.values()), with_figures=False, reps=200)
     assert summary["budgets"][str(BUDGET)]["cells"]["inverted_pendulum|sac@sb3"]["seeds"] == 1
     assert "| task | sac | sac@sb3 |" in text and "sac > sac@sb3" in text
 
