@@ -59,11 +59,14 @@ def rebrac_actor_loss(q: torch.Tensor, action: torch.Tensor, data_action: torch.
         action, data_action: [B, A].
         beta: the actor's BC coefficient.
         normalize_q: lambda = 1 / mean|Q| (detached), else 1.
+
+    ``train/bc_mse`` is the mean over rows and action dimensions, as TD3+BC's (the penalty
+    sums over dimensions: it is ``beta * A * bc_mse``), so the two learners' curves compare.
     """
     lmbda = 1.0 / q.abs().mean().detach() if normalize_q else torch.ones((), device=q.device)
-    bc = (action - data_action).square().sum(-1)
-    loss = (beta * bc - lmbda * q).mean()
-    return loss, {"loss/actor": loss.detach(), "train/bc_mse": bc.detach().mean(),
+    squared = (action - data_action).square()
+    loss = (beta * squared.sum(-1) - lmbda * q).mean()
+    return loss, {"loss/actor": loss.detach(), "train/bc_mse": squared.detach().mean(),
                   "train/lambda": lmbda}
 
 

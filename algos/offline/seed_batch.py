@@ -441,9 +441,9 @@ class SeedBatchReBRAC(SeedBatchTD3BC):
         q = self._critic(critic, batch["obs"], action).min(1).values  # [S, B]
         lmbda = (1.0 / q.abs().mean(-1).detach() if self.cfg.normalize_q
                  else torch.ones_like(q[:, 0]))
-        bc = (action - batch["action"]).square().sum(-1)  # [S, B]
-        loss = (self._bc[0][:, None] * bc - lmbda[:, None] * q).mean(-1)
-        return loss, {"train/bc_mse": bc.detach().mean(-1), "train/lambda": lmbda}
+        squared = (action - batch["action"]).square()  # [S, B, A]
+        loss = (self._bc[0][:, None] * squared.sum(-1) - lmbda[:, None] * q).mean(-1)
+        return loss, {"train/bc_mse": squared.detach().mean((-2, -1)), "train/lambda": lmbda}
 
 
 class SeedBatchAWAC(OfflineSeedBatch):

@@ -342,7 +342,7 @@ def test_rebrac_matches_corl(case: str, close: Close) -> None:
             soft_update(actor_t, before if cfg.lagged_actor_target else actor, cfg.tau)
             soft_update(critic_t, critic, cfg.tau)
             check(m["loss/actor"], actor_loss, f"update {i} actor loss")
-            check(m["train/bc_mse"], bc.mean(), f"update {i} BC penalty")
+            check(m["train/bc_mse"], bc.mean() / action.shape[-1], f"update {i} BC penalty")
             check(m["train/lambda"], lmbda, f"update {i} lambda")
             check(m["train/grad_norm/actor"], norm(grads), f"update {i} actor grad norm")
             check(actor_grads[-1], grads, f"update {i} actor gradients")
