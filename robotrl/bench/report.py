@@ -310,11 +310,14 @@ def machines(records: list[dict[str, Any]]) -> list[str]:
     they have one (``load.json``; records from before it have none)."""
     out = []
     for name in sorted({r["machine"] for r in records if r.get("machine")}):
-        loads = [r["load"] for r in records if r.get("machine") == name and "load" in r]
+        runs = [r for r in records if r.get("machine") == name]
+        loads = [r["load"] for r in runs if "load" in r]
         if loads:
             low, high = min(loads), max(loads)
             span = f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}-{high:.1f}"
-            name += f" (load average {span} over {len(loads)} runs)"
+            some = ("" if len(loads) == len(runs) else
+                    f", recorded for {len(loads)} of its {len(runs)} runs")
+            name += f" (load average {span}{some})"
         out.append(name)
     return out
 
