@@ -24,6 +24,10 @@ its seed, behaviour cloning then RL, as ``benchmarks/grids/vla_grpo_push.yaml`` 
     metric: test_success
     also: [heldout_success]              # reported beside the metric
 
+A variant of another grid names it and states only what differs (its fields replace the
+other's, top-level): ``extends: sac_vs_sb3.yaml`` (a file beside it), as
+``benchmarks/grids/sac_vs_sb3_gpu.yaml`` runs that grid's cells on a GPU.
+
 A cell's directory is ``out/<runner>/<algo>/<target>/<budget>/s<seed>`` (``runner`` is
 ``robotrl`` or a peer's name; an ``init`` stage's run is ``s<seed>-init`` beside it). robotrl
 cells hold what ``robotrl train`` writes; a peer writes
@@ -234,18 +238,9 @@ def slug(target: str) -> str:
 def load_grid(path: str | Path, overrides: dict[str, Any] | None = None) -> Grid:
     """The grid in YAML file ``path`` with top-level fields replaced by ``overrides`` (the
     command line's ``seeds=[0] budgets=[1000]``); unknown keys and wrong types fail naming
-    them."""
-    import yaml
-
-    file = Path(path)
-    if not file.is_file():
-        raise ValueError(f"grid file {path} not found")
-    try:
-        data = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as err:
-        raise ValueError(f"grid file {path} is not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"grid file {path} must hold a mapping, got {type(data).__name__}")
+    them. A file with ``extends: OTHER.yaml`` (a path beside it) is that grid with the file's
+    own top-level fields replacing the other's: a variant states only what differs."""
+    data = _grid_data(Path(path), ())
     data.update(overrides or {})
     if isinstance(data.get("algos"), list):  # [ppo, trpo]: no extra overrides
         data["algos"] = {a: [] for a in data["algos"]}
@@ -253,3 +248,27 @@ def load_grid(path: str | Path, overrides: dict[str, Any] | None = None) -> Grid
         return from_dict(Grid, data, "grid")
     except TypeError as err:
         raise ValueError(str(err)) from None
+
+
+def _grid_data(file: Path, chain: tuple[Path, ...]) -> dict[str, Any]:
+    """The top-level fields of grid file ``file``, its ``extends`` resolved (``chain``: the
+    files that extend it, to name a cycle)."""
+    import yaml
+
+    if not file.is_file():
+        raise ValueError(f"grid file {file} not found"
+                         + (f" (extended by {chain[-1]})" if chain else ""))
+    if file.resolve() in chain:
+        raise ValueError(f"grid file {file} extends itself through {[str(c) for c in chain]}")
+    try:
+        data = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"grid file {file} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"grid file {file} must hold a mapping, got {type(data).__name__}")
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ValueError(f"grid file {file}: extends must be a file name, got {base!r}")
+    return {**_grid_data(file.parent / base, (*chain, file.resolve())), **data}

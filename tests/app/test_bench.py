@@ -225,6 +225,22 @@ def test_bad_grid_is_named(bad, message, tmp_path, pendulum):
     assert not (tmp_path / "bench").exists()  # nothing written
 
 
+def test_a_grid_extends_another_stating_only_what_differs(tmp_path, pendulum):
+    base = write_grid(tmp_path, pendulum)
+    (tmp_path / "variant.yaml").write_text(yaml.safe_dump(
+        {"extends": base.name, "name": "tiny-variant", "seeds": [3]}))
+    parent, variant = load_grid(base), load_grid(tmp_path / "variant.yaml")
+    assert (variant.name, variant.seeds) == ("tiny-variant", [3])
+    assert (variant.algos, variant.overrides, variant.datasets) == (
+        parent.algos, parent.overrides, parent.datasets)
+    (tmp_path / "loop.yaml").write_text("extends: loop.yaml\n")
+    with pytest.raises(ValueError, match="loop.yaml extends itself"):
+        load_grid(tmp_path / "loop.yaml")
+    (tmp_path / "orphan.yaml").write_text("extends: gone.yaml\n")
+    with pytest.raises(ValueError, match="gone.yaml not found .extended by .*orphan.yaml"):
+        load_grid(tmp_path / "orphan.yaml")
+
+
 def test_a_grid_that_is_not_yaml_is_named(tmp_path):
     path = tmp_path / "grid.yaml"
     path.write_text("name: g\nalgos: {bc: [algo.hidden=[32,32]]}\n")

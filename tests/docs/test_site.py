@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -73,9 +72,10 @@ def test_every_public_module_has_an_api_page(site: Path) -> None:
 
 
 def test_every_benchmark_grid_with_results_has_a_page(site: Path) -> None:
+    from robotrl.bench.grid import load_grid
+
     grids = [p for p in (ROOT / "benchmarks" / "grids").glob("*.yaml")
-             if (results := (yaml.safe_load(p.read_text()) or {}).get("results"))
-             and (ROOT / results).is_file()]
+             if (results := load_grid(p).results) and (ROOT / results).is_file()]
     assert grids
     for grid in grids:
         page = (site / "results" / grid.stem / "index.html").read_text()
