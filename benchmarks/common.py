@@ -407,6 +407,10 @@ class PeerCell:
         result = run()
         self._eval_s += time.perf_counter() - t0
         self.evaluations.append({"step": int(step), "seconds": seconds, **result})
+        # one line per evaluation in the cell's peer.log: a long peer cell's progress
+        print(f"{step:,} of {self.budget:,} steps, {seconds:.0f} s: "
+              + ", ".join(f"{k} {v:.1f}" for k, v in result.items()
+                          if k in ("return_mean", "normalized_score")), flush=True)
         while self.next_eval <= step:
             self.next_eval += self.eval_every
         return result

@@ -49,6 +49,10 @@ def test_sb3_peer_cell_reads_like_a_robotrl_cell(tmp_path):
     assert result["machine"] == machine()
     evals = result["evaluations"]
     assert [e["step"] for e in evals] == [100, 200, 300]  # every eval_every steps, the last at the end
+    progress = [line for line in (run / "peer.log").read_text().splitlines()
+                if f" of {BUDGET} steps, " in line]  # one line per evaluation, while it runs
+    assert [line.split(" of ")[0] for line in progress] == ["100", "200", "300"]
+    assert progress[-1].endswith(f"return_mean {evals[-1]['return_mean']:.1f}")
     assert all(e["episodes"] == 2 for e in evals)
     seconds = [e["seconds"] for e in evals]
     assert seconds == sorted(seconds) and 0 <= seconds[-1] <= result["train_seconds"]
