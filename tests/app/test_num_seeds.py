@@ -77,9 +77,13 @@ def test_online_seeds_collect_in_their_own_worlds_as_alone(tmp_path, make_config
         else:
             assert mine["counters"] == theirs["counters"] and mine["counters"][1] > 150
         nets = {"crossq": (), "ppo": ("policy",)}.get(algo, ("actor", "critic", "critic_target"))
+        # PPO's 40 Adam minibatch steps carry float32 rounding further: 4.6e-4 largest
+        # difference measured on a 2-core Intel Xeon (parameters up to 0.8), under 1e-4 on an AMD
+        # EPYC; a seed stepping another's worlds or rollout moves them by orders more
+        atol = 2e-3 if algo == "ppo" else 1e-4
         for net in nets:
             for k in mine[net]:
-                torch.testing.assert_close(mine[net][k], theirs[net][k], rtol=1e-3, atol=1e-4,
+                torch.testing.assert_close(mine[net][k], theirs[net][k], rtol=1e-3, atol=atol,
                                            msg=f"{net}.{k}")
         assert [e["step"] for e in run.evaluations()] == [
             e["step"] for e in RunDir(alone).evaluations()] == [320, 640]
