@@ -202,7 +202,9 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
                     continue
                 verdict = (f" **{'PASS' if c['pass'] else 'FAIL'}** (≥ {c['threshold']:g})"
                            if "pass" in c else "")
-                row.append(f"{_ci(c['iqm'], digits=digits)} (n={c['seeds']}, "
+                score = (_ci(c["iqm"], digits=digits) if c["seeds"] > 1  # one run: no interval
+                         else f"{c['iqm'][0]:.{digits}f}")
+                row.append(f"{score} (n={c['seeds']}, "
                            f"{c['minutes']:.1f} min){verdict}")
             lines.append(f"| {target} | " + " | ".join(row) + " |")
         lines.append("")

@@ -76,6 +76,8 @@ def test_sb3_peer_cell_reads_like_a_robotrl_cell(tmp_path):
     text, summary = report(grid, list(records.values()), with_figures=False, reps=200)
     assert summary["budgets"][str(BUDGET)]["cells"]["inverted_pendulum|sac@sb3"]["seeds"] == 1
     assert "| task | sac | sac@sb3 |" in text and "sac > sac@sb3" in text
+    row = next(line for line in text.splitlines() if line.startswith("| inverted_pendulum "))
+    assert row.count("(n=1, ") == 2 and "[" not in row  # one run each: no interval shown
 
 
 MAPPING = """
