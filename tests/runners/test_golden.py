@@ -29,6 +29,7 @@ import torch
 
 from robotrl.config import TrainConfig, from_dict
 from robotrl.experiment.build import build_runner
+from robotrl.nn.linear import cpu_fields
 from robotrl.seeding import seed_everything
 
 DATA = Path(__file__).parents[1] / "fixtures" / "golden.json"
@@ -78,23 +79,19 @@ def cpu() -> str:
     """What decides how this machine's kernels round: the CPU vendor and torch's kernel level."""
     import platform
 
-    vendor = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                vendor = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    vendor = cpu_fields().get("vendor_id") or platform.processor() or platform.machine()
     return f"{vendor} {torch.backends.cpu.get_cpu_capability()}"
+
+
+HERE = (torch.__version__, cpu())
+"""This machine's (torch build, CPU): a recording of the same pair is compared exactly."""
 
 
 def nearest(recordings: list[dict[str, Any]]) -> dict[str, Any]:
     """The recording of this (torch build, CPU), else of this CPU, else of this build, else the
     first."""
-    here = (torch.__version__, cpu())
-    for match in (lambda r: (r["torch"], r["cpu"]) == here, lambda r: r["cpu"] == here[1],
-                  lambda r: r["torch"] == here[0], lambda r: True):
+    for match in (lambda r: (r["torch"], r["cpu"]) == HERE, lambda r: r["cpu"] == HERE[1],
+                  lambda r: r["torch"] == HERE[0], lambda r: True):
         for r in recordings:
             if match(r):
                 return r
@@ -113,11 +110,11 @@ def test_golden_run(algo: str, task: str, tmp_path: Path) -> None:
     recorded = nearest(json.loads(DATA.read_text())["recordings"])
     expected = recorded["runs"][f"{algo}/{task}"]
     got = golden_run(algo, task, tmp_path)
-    if (recorded["torch"], recorded["cpu"]) == (torch.__version__, cpu()):
+    if (recorded["torch"], recorded["cpu"]) == HERE:
         assert got == expected, f"{algo}/{task} differs from its golden run"
         return
     where = (f"(recorded with torch {recorded['torch']} on {recorded['cpu']}, running "
-             f"{torch.__version__} on {cpu()})")
+             f"{HERE[0]} on {HERE[1]})")
     assert len(got["history"]) == len(expected["history"])
     for i, (g, e) in enumerate(zip(got["history"], expected["history"], strict=True)):
         assert g.keys() == e.keys(), f"iteration {i}: metric keys differ {where}"
@@ -139,9 +136,9 @@ def record() -> None:
                 runs[f"{algo}/{task}"] = golden_run(algo, task, Path(tmp) / f"{algo}_{task}")
                 print(algo, task, runs[f"{algo}/{task}"]["eval"], file=sys.stderr)
     DATA.parent.mkdir(exist_ok=True)
-    here = {"torch": torch.__version__, "cpu": cpu(), "runs": runs}
     old = json.loads(DATA.read_text())["recordings"] if DATA.is_file() else []
-    kept = [r for r in old if (r["torch"], r["cpu"]) != (here["torch"], here["cpu"])]
+    kept = [r for r in old if (r["torch"], r["cpu"]) != HERE]
+    here = {"torch": HERE[0], "cpu": HERE[1], "runs": runs}
     DATA.write_text(json.dumps({"recordings": kept + [here]}, indent=1) + "\n")
 
 
