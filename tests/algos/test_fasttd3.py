@@ -176,8 +176,10 @@ def test_learns_point_env(point_learner: Callable[..., Any]) -> None:
 
 @pytest.mark.slow  # a learning run: it must reach a threshold
 def test_learns_inverted_pendulum(tmp_path: Path, make_config: MakeConfig) -> None:
+    """12,000 steps: seeds 0-3 all reach 1000 on an Intel Xeon and torch 2.13.0; at 8,000, seed 0
+    stopped at 580 there (1000 on an AMD EPYC), so the budget had no margin across CPUs."""
     torch.set_num_threads(1)
-    cfg = make_config(tmp_path, "fasttd3", total_steps=8000, eval_interval=0, eval_episodes=5)
+    cfg = make_config(tmp_path, "fasttd3", total_steps=12000, eval_interval=0, eval_episodes=5)
     seed_everything(0)
     result = build_runner(cfg).train()
     assert result is not None and result["return_mean"] >= 950, result

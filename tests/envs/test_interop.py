@@ -167,15 +167,17 @@ def test_sb3_vecenv_reports_terminal_observations_and_truncation_as_dummy_vec_en
         "policy"].numpy())
 
 
-@pytest.mark.slow  # a learning run (~6 s on one thread: 1000 of 1000)
+@pytest.mark.slow  # a learning run (~20 s on one thread)
 def test_sb3_ppo_learns_inverted_pendulum_through_the_adapter() -> None:
+    """81,920 steps: seeds 0-3 all evaluate at 1000 on an Intel Xeon; at 40,960 three of the four
+    stayed near 290 there (seed 0 passed on an AMD EPYC), a budget with no margin."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.evaluation import evaluate_policy
 
     torch.set_num_threads(1)
     vec = as_sb3_vecenv(make("inverted_pendulum", 8, seed=0))
     model = PPO("MlpPolicy", vec, n_steps=256, batch_size=256, seed=0, device="cpu", verbose=0)
-    model.learn(total_timesteps=40_960)
+    model.learn(total_timesteps=81_920)
     mean, _ = evaluate_policy(model, as_sb3_vecenv(make("inverted_pendulum", 8, seed=1)),
                               n_eval_episodes=8)
     assert mean >= 900, mean

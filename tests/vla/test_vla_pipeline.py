@@ -112,12 +112,14 @@ def test_bc_then_grpo_evaluates_test_states_and_held_out_instructions(
                    for c, t in zip(colour, target, strict=True)), split
 
 
-@pytest.mark.slow  # a learning run: BC ~20 s, GRPO ~15 s on one thread
+@pytest.mark.slow  # a learning run: BC ~20 s, GRPO ~25 s on one thread
 def test_grpo_raises_the_success_of_a_bc_policy_on_a_tiny_task(demos: str, tmp_path: Path) -> None:
     """Reach instructions, 4 training initial states, the small VLA: a short BC run leaves the
-    policy's sampled rollouts on those states succeeding ~2% of the time; 16 GRPO iterations
-    (40,960 decisions) raise that success rate, the quantity GRPO maximizes (measured with
-    seeds 0-2: 0.02 -> 0.20-0.46)."""
+    policy's sampled rollouts on those states succeeding 0-8% of the time; 24 GRPO iterations
+    (61,440 decisions) raise that success rate, the quantity GRPO maximizes (the mean of the
+    last 4 iterations minus that of the first 2, seeds 0-3 on an Intel Xeon: +0.14, +0.20,
+    +0.39, +0.13). With 16 iterations seeds 1 and 3 gained only +0.07 there (take-off comes
+    late), so the old budget had no margin across CPUs."""
     bc = _run(tmp_path / "bc", {"name": "bc", "updates_per_iteration": 20, "batch_size": 64,
                                 "actor_lr": 3e-3}, dataset=demos, total_steps=1500,
               eval_episodes=8, seed=1)
@@ -127,11 +129,11 @@ def test_grpo_raises_the_success_of_a_bc_policy_on_a_tiny_task(demos: str, tmp_p
                                     "train_states": 4, "test_states": 8, "num_epochs": 2,
                                     "num_minibatches": 1, "learning_rate": 1e-3},
                 init=str(tmp_path / "bc" / "checkpoints" / "last.pt"), num_envs=32,
-                total_steps=40960, eval_interval=0, seed=1)
+                total_steps=61440, eval_interval=0, seed=1)
     seed_everything(1)
     runner = build_runner(grpo)
     runner.train()
     success = [h["rollout/success"] for h in runner.history]
-    assert len(success) == 16
+    assert len(success) == 24
     before, after = sum(success[:2]) / 2, sum(success[-4:]) / 4
     assert after >= before + 0.08, (before, after)
