@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,13 +52,12 @@ def batches(dataset: str, updates: int, seed: int) -> tuple[list[dict[str, torch
     """``updates`` batches of the dataset as our IQL views it (float64); (batches, obs, act)."""
     data = load_dataset(dataset)
     obs_dim, act_dim = data.observations.shape[1], data.actions.shape[1]
-    view = IQL(obs_dim, -torch.ones(act_dim), torch.ones(act_dim), IQLConfig(), seed=0)
+    view = IQL(obs_dim, -torch.ones(act_dim), torch.ones(act_dim), IQLConfig(batch_size=BATCH),
+               seed=seed)
     view.attach(data)
-    assert view.data is not None
-    g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(updates):
-        b = view.data.unpack(view.data.table[torch.randint(len(view.data), (BATCH,), generator=g)])
+        b = view.sample()  # the learner's own batch draw
         out.append({"obs": b["obs"], "action": b["action"], "reward": b["reward"],
                     "next_obs": b["next_obs"], "terminated": b["terminated"].bool(),
                     "truncated": torch.zeros(BATCH, dtype=torch.bool)})
@@ -93,24 +91,13 @@ def main() -> None:
                    "weight_temp": 3.0, "max_weight": 100.0}
     t0 = time.perf_counter()
     init, records = ref.run_ours(case, pytest.MonkeyPatch())
-    proc = subprocess.Popen([ref.PYTHON, str(ref.PEER), "--serve"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def peer(job: Path) -> None:
-        proc.stdin.write(f"{job}\n")
-        proc.stdin.flush()
-        while not (line := proc.stdout.readline()).startswith(ref.REPLY):
-            if not line:
-                raise SystemExit(f"the d3rlpy peer exited ({proc.wait()})")
-        if line.split()[-1] != "ok":
-            raise SystemExit((job / "error.txt").read_text())
-
-    with tempfile.TemporaryDirectory() as job:
-        out = ref.run_peer(case, init, records, Path(job), peer)
-    proc.stdin.close()
-    proc.wait(timeout=60)
+    with tempfile.TemporaryDirectory() as tmp:
+        job = Path(tmp)
+        try:
+            with ref.serve(job / "peer_stderr.txt") as peer:
+                out = ref.run_peer(case, init, records, job, peer)
+        except ref.PeerError as err:
+            raise SystemExit(str(err)) from None
     rows = []
     marks = {1, 10, 100, 500, args.updates} | set(range(1000, args.updates + 1, 1000))
     for k in sorted(m - 1 for m in marks if m <= args.updates):

@@ -38,6 +38,7 @@ Deliberate differences, each set to d3rlpy's choice here:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -382,14 +383,15 @@ def run_peer(case: Case, init: dict[str, np.ndarray], records: list[dict[str, An
         return dict(out)
 
 
-@pytest.fixture(scope="module")
-def peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Path], None]]:
-    """One d3rlpy process for the module (``d3rlpy_peer.py --serve``); calling the fixture
-    with a job directory runs that job and fails the test with the peer's traceback."""
-    if not Path(PYTHON).exists():
-        pytest.skip(f"d3rlpy peer python {PYTHON} missing (set ROBOTRL_D3RLPY_PYTHON); make "
-                    f"it with: {MAKE_VENV}")
-    log = tmp_path_factory.mktemp("d3rlpy_peer") / "stderr.txt"
+class PeerError(RuntimeError):
+    """The d3rlpy peer exited or failed a job; the message holds its traceback."""
+
+
+@contextlib.contextmanager
+def serve(log: Path) -> Iterator[Callable[[Path], None]]:
+    """One d3rlpy process (``d3rlpy_peer.py --serve``, its stderr to ``log``) while the context
+    lasts; the function it yields runs a job directory and raises ``PeerError`` with the peer's
+    traceback if the job fails (``benchmarks/iql_lockstep.py`` drives it too)."""
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1"}
     with log.open("w") as err:
         proc = subprocess.Popen([PYTHON, str(PEER), "--serve"], stdin=subprocess.PIPE,
@@ -401,14 +403,33 @@ def peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Path], 
         proc.stdin.flush()
         while not (line := proc.stdout.readline()).startswith(REPLY):
             if not line:
-                pytest.fail(f"the d3rlpy peer exited ({proc.wait()}):\n"
-                            f"{log.read_text()[-4000:]}")
+                raise PeerError(f"the d3rlpy peer exited ({proc.wait()}):\n"
+                                f"{log.read_text()[-4000:]}")
         if line.split()[-1] != "ok":
-            pytest.fail(f"the d3rlpy peer failed:\n{(job_dir / 'error.txt').read_text()}")
+            raise PeerError(f"the d3rlpy peer failed:\n{(job_dir / 'error.txt').read_text()}")
 
-    yield run
-    proc.stdin.close()
-    proc.wait(timeout=60)
+    try:
+        yield run
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Path], None]]:
+    """One d3rlpy process for the module (``serve``); calling the fixture with a job directory
+    runs that job and fails the test with the peer's traceback."""
+    if not Path(PYTHON).exists():
+        pytest.skip(f"d3rlpy peer python {PYTHON} missing (set ROBOTRL_D3RLPY_PYTHON); make "
+                    f"it with: {MAKE_VENV}")
+    with serve(tmp_path_factory.mktemp("d3rlpy_peer") / "stderr.txt") as serve_job:
+        def run(job_dir: Path) -> None:
+            try:
+                serve_job(job_dir)
+            except PeerError as err:
+                pytest.fail(str(err))
+
+        yield run
 
 
 def theirs_at(out: dict[str, np.ndarray], k: int, kind: str) -> dict[str, np.ndarray]:
