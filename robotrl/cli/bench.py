@@ -140,10 +140,11 @@ def bench_main(argv: list[str]) -> None:
         return
     if action == "run":
         only = _indices(options["only"], len(cells)) if "only" in options else None
-        if grid.offline and grid.metric == "normalized_score":
-            _check_cards(grid.datasets)
         todo = [c for i, c in enumerate(cells) if (only is None or i in only)
                 and finished(grid, c) is None]
+        if grid.offline and grid.metric == "normalized_score":
+            # the datasets this call runs: only= needs no other dataset of the grid on disk
+            _check_cards(sorted({c.target for c in todo}))
         console.print(f"[bold]robotrl bench[/bold] {grid.name}: {len(cells)} cells, "
                       f"{len(todo)} to run -> {grid.out}")
         try:

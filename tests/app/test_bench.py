@@ -248,7 +248,7 @@ def test_a_grid_that_is_not_yaml_is_named(tmp_path):
         bench_main(["run", str(path)])
 
 
-def test_bad_options_are_named(tmp_path, pendulum):
+def test_bad_options_are_named(tmp_path, pendulum, monkeypatch):
     path = write_grid(tmp_path, pendulum)
     with pytest.raises(SystemExit, match="unknown launcher 'ray'"):
         bench_main(["run", str(path), "launcher=ray"])
@@ -259,6 +259,20 @@ def test_bad_options_are_named(tmp_path, pendulum):
     nowhere = write_grid(tmp_path, Path("nowhere/x-v0"))
     with pytest.raises(SystemExit, match="dataset error: .*nowhere/x-v0"):
         bench_main(["run", str(nowhere)])
+    # only= checks the datasets of the cells it runs, not every dataset the grid names
+    both = write_grid(tmp_path, pendulum, datasets=[str(pendulum), "nowhere/x-v0"])
+    labels = [c.label for c in load_grid(both).cells()]
+    here, there = (next(i for i, label in enumerate(labels) if name in label)
+                   for name in (pendulum.name, "nowhere"))
+    with pytest.raises(SystemExit, match="dataset error: .*nowhere/x-v0"):
+        bench_main(["run", str(both), f"only={there}"])
+
+    def launched(*args):  # noqa: ANN002, ANN202 - past the checks: stop before training
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("robotrl.bench.harness.launch", launched)
+    with pytest.raises(KeyboardInterrupt):
+        bench_main(["run", str(both), f"only={here}"])
     with pytest.raises(SystemExit, match="usage: robotrl bench"):
         bench_main(["walk", str(path)])
 
