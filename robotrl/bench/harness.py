@@ -18,6 +18,7 @@ trained (``LoadSampler``: the tables say on which machine and under what load th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -45,6 +46,8 @@ DEFAULTS = ("logger.progress=false", "torch_threads=1")
 
 
 LOAD_FILE = "load.json"
+DATA_FILE = "data.json"
+"""An offline cell's dataset digest (``Dataset.digest``), written when the cell starts."""
 """A cell's load record in its run directory (``LoadSampler``)."""
 
 
@@ -116,10 +119,40 @@ def _reached(run: Path, budget: int) -> dict[str, Any] | None:
     return done
 
 
+@functools.cache
+def data_digest(target: str) -> str | None:
+    """``Dataset.digest`` of the dataset ``target`` names as it is on disk now; None where it
+    cannot be read here (a report built on another machine cannot tell, so does not judge)."""
+    from robotrl.data import DatasetError, load_dataset
+
+    try:
+        return load_dataset(target).digest()
+    except (DatasetError, OSError):
+        return None
+
+
+def data_changed(grid: Grid, cell: Cell) -> list[str]:
+    """Why an offline cell's run is not of the dataset on disk now (it was recorded again
+    since the run started: other rows, or other reference returns), else []. Runs from
+    before digests were recorded, and datasets not on disk here, are not judged."""
+    if not grid.offline:
+        return []
+    ran = (read_json(grid.run_dir(cell) / DATA_FILE) or {}).get("digest")
+    now = data_digest(cell.target) if ran else None
+    return [f"dataset {cell.target}: digest {ran} -> {now}"] if now and ran != now else []
+
+
+def mark_data(grid: Grid, cell: Cell) -> None:
+    """Write the digest of the dataset the cell is about to train on into its run directory."""
+    if grid.offline and (digest := data_digest(cell.target)) is not None:
+        write_json(grid.run_dir(cell) / DATA_FILE, {"dataset": cell.target, "digest": digest})
+
+
 def status(grid: Grid, cell: Cell) -> tuple[dict[str, Any] | None, list[str]]:
-    """(``result.json`` if the cell finished with the config the grid composes today, else
-    None; ``changed`` of its run): one composition per cell for callers that need both."""
-    done, diff = reached(grid, cell), changed(grid, cell)
+    """(``result.json`` if the cell finished with the config the grid composes today, on the
+    dataset on disk now, else None; ``changed`` and ``data_changed`` of its run): one
+    composition per cell for callers that need both."""
+    done, diff = reached(grid, cell), changed(grid, cell) + data_changed(grid, cell)
     if cell.algo in grid.init and not diff:  # it started from a stage the grid no longer makes
         diff = [f"init stage: {d}" for d in _changed(grid.init_dir(cell),
                                                      init_overrides(grid, cell))]
@@ -286,6 +319,9 @@ def run_seed_batch(grid: Grid, cells: list[Cell]) -> None:
     overrides = [o for o in cell_overrides(grid, first)
                  if not o.startswith(("run_dir=", "resume="))]
     overrides += [f"run_dir={parent}", f"num_seeds={len(cells)}"]
+    for cell in cells:
+        grid.run_dir(cell).mkdir(parents=True, exist_ok=True)
+        mark_data(grid, cell)
     try:
         with LoadSampler([grid.run_dir(c) for c in cells]):
             Experiment.from_overrides(overrides).run()
@@ -325,8 +361,10 @@ def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
         done, diff = None, ["init: its stage trained again"]
     if done is None:
         if diff:  # never resumed or reused under another config: set aside, start over
-            _set_aside(run, f"{cell.label}: the config changed since it ran", diff)
+            what = "its dataset" if all(d.startswith("dataset ") for d in diff) else "the config"
+            _set_aside(run, f"{cell.label}: {what} changed since it ran", diff)
         run.mkdir(parents=True, exist_ok=True)
+        mark_data(grid, cell)
         try:
             with LoadSampler([run]):
                 if cell.runner == ROBOTRL:
@@ -455,7 +493,8 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
         done, diff = status(grid, cell)
         if done is None:
             failed = read_json(run / "failed.json")
-            why = (f"stale: the config changed since it ran ({'; '.join(diff)})" if diff
+            what = "its dataset" if all(d.startswith("dataset ") for d in diff) else "the config"
+            why = (f"stale: {what} changed since it ran ({'; '.join(diff)})" if diff
                    else failed["error"] if failed else "not run")
             records.append({**base, "missing": why})
             continue
@@ -476,6 +515,9 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
             record["init"] = init_record(grid, cell, done)
         if cell.runner == ROBOTRL:
             record["config"] = done.get("config") or config_digest(RunDir(run).config)
+        data = read_json(run / DATA_FILE)
+        if data is not None:
+            record["data"] = data["digest"]
         ope = read_json(run / "ope.json")
         if ope is not None:
             record["ope"] = ope

@@ -21,6 +21,7 @@ results file.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,10 @@ def summarize(grid: Grid, records: list[dict[str, Any]], reps: int = 50_000) -> 
         f"{contestant(r)} {r['target']} {r['budget']:,} s{r['seed']}: {r['missing']}"
         for r in records if "missing" in r]}
     names = contestants(grid)
+    if any("data" in r for r in records):  # offline cells record their dataset's digest
+        out["data"] = {t: dict(Counter(r.get("data", "") for r in records
+                                       if "final" in r and r["target"] == t))
+                       for t in grid.targets}
     for budget in grid.budgets:
         done = [r for r in records if "final" in r and r["budget"] == budget]
         section: dict[str, Any] = {"cells": {}, "vs_peer": {}, "aggregates": {},
@@ -236,6 +241,7 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
                       f"{ope['spearman_within_dataset']:.2f} within a dataset "
                       f"({ope['datasets_ranked']} datasets); median absolute error "
                       f"{ope['median_abs_error']:.1f} ({100 * ope['median_rel_error']:.0f}%).", ""]
+    lines += _data_markdown(summary.get("data", {}))
     if grid.notes:
         lines += [grid.notes.strip(), ""]
     if grid.threshold_sources:
@@ -245,6 +251,21 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
         lines += ["Missing cells:", "", *[f"- {m}" for m in summary["missing"]], ""]
     lines += [f"![{Path(f).stem}]({Path(f).parent.name}/{Path(f).name})" for f in figures]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _data_markdown(data: dict[str, dict[str, int]]) -> list[str]:
+    """Which recording of each dataset the finished cells trained on (``Dataset.digest``)."""
+    if not data:
+        return []
+    lines = ["Data each finished cell trained on (`Dataset.digest`: its rows and reference "
+             "returns; cells from before digests were recorded: not recorded):", ""]
+    for target, counts in data.items():
+        parts = [f"{d} ({n} cells)" if d else f"not recorded ({n} cells)"
+                 for d, n in sorted(counts.items(), key=lambda kv: (kv[0] == "", kv[0]))]
+        mixed = sum(1 for d in counts if d) > 1
+        lines.append(f"- {target}: " + ", ".join(parts) + (
+            " — **more than one recording: these cells are not comparable**" if mixed else ""))
+    return lines + [""]
 
 
 def _init_markdown(grid: Grid, init: dict[str, Any]) -> list[str]:

@@ -54,7 +54,13 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
     reads the results file alone (``robotrl.bench.harness.committed_records``); writing the
     report (no ``--check``) marks a cell whose record is of a config the grid no longer
     composes missing (stale)."""
-    from robotrl.bench.harness import collect, committed_records, current, record_key
+    from robotrl.bench.harness import (
+        collect,
+        committed_records,
+        current,
+        data_digest,
+        record_key,
+    )
     from robotrl.logging import console
 
     if check:
@@ -69,14 +75,22 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
 
     def reuse(r: dict[str, Any]) -> dict[str, Any]:
         """A cell not finished here: the results file's record of it, unless that record is of
-        a config the cell no longer composes (then the cell stays missing, marked stale)."""
+        a config the cell no longer composes or of another recording of its dataset than the
+        one on disk (then the cell stays missing, marked stale)."""
         old = done.get(record_key(r))
-        if old is None or current(grid, cells[record_key(r)], old):
-            return old or r
+        if old is None:
+            return r
+        cell = cells[record_key(r)]
+        if not current(grid, cell, old):
+            why = "a config the grid no longer composes (a tuned file or a default changed)"
+        elif grid.offline and old.get("data") not in (None, data_digest(cell.target) or
+                                                      old.get("data")):
+            why = "another recording of the dataset than the one on disk"
+        else:
+            return old
         if r["missing"].startswith("stale"):
             return r
-        return {**r, "missing": "stale: the results file's record is of a config the grid no "
-                                "longer composes (a tuned file or a default changed)"}
+        return {**r, "missing": f"stale: the results file's record is of {why}"}
 
     records = [reuse(r) if "missing" in r else r for r in collect(grid)]
     mine = {record_key(r) for r in records}

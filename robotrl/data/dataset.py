@@ -13,6 +13,7 @@ rows; ``episode_starts`` holds their first rows.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -165,6 +166,16 @@ class Dataset:
             terminations.to(device)[:, None].float(), truncations.to(device)[:, None].float(),
         ], dim=1)
         self.episode_starts = starts.to(device)
+
+    def digest(self) -> str:
+        """16 hex digits of SHA-256 over the rows, the episode boundaries and the card's
+        reference returns (which normalized scores divide by): two datasets with one digest
+        train and score alike. The bench harness records it per cell, so a table never mixes
+        two recordings of one dataset id unnoticed."""
+        h = hashlib.sha256(self.table.detach().cpu().contiguous().numpy().tobytes())
+        h.update(self.episode_starts.cpu().numpy().astype("<i8").tobytes())
+        h.update(repr((self.card.ref_min_score, self.card.ref_max_score)).encode())
+        return h.hexdigest()[:16]
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -2,6 +2,7 @@
 recomputable from the committed results alone (and checked by ``--check``), bad grids named;
 robotrl ope on a trained run."""
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -122,6 +123,62 @@ def test_a_changed_config_is_not_passed_off_as_the_cell(pendulum, tmp_path, caps
     assert "starting over" in said.out + said.err
     assert (grid.run_dir(cell).parent / "s0.stale" / "result.json").is_file()
     assert finished(grid, cell) is not None
+
+
+def test_a_dataset_recorded_again_is_not_passed_off_as_the_cells(pendulum, tmp_path, capsys):
+    """Each offline cell records the digest of the dataset it trained on; a dataset recorded
+    again under the same id (other rows, or other reference returns) makes its finished cells
+    stale, and a report over cells from two recordings says so."""
+    import shutil
+
+    from robotrl.bench.harness import data_changed, data_digest, finished
+    from robotrl.data import load_dataset, save_hdf5
+
+    data = tmp_path / "pend.hdf5"
+    shutil.copy(pendulum, data)
+    one = {"algos": ["bc"], "seeds": [0], "budgets": [100], "ope_updates": 0}
+    path = write_grid(tmp_path, data, **one)
+    bench_main(["run", str(path), "figures=false"])
+    grid = load_grid(path)
+    cell = grid.cells()[0]
+    before = load_dataset(str(data)).digest()
+    record = json.loads(grid.results_path.read_text())["records"][0]
+    assert record["data"] == before and len(before) == 16
+    assert f"- {data}: {before} (1 cells)" in grid.report_path.read_text()
+
+    # the same rows with other reference returns: normalized scores would mean something else
+    again = load_dataset(str(data))
+    again.card = dataclasses.replace(again.card, ref_max_score=900.0)
+    data.unlink()
+    save_hdf5(again, data)
+    data_digest.cache_clear()
+    after = load_dataset(str(data)).digest()
+    assert after != before
+    assert data_changed(grid, cell) == [f"dataset {data}: digest {before} -> {after}"]
+    assert finished(grid, cell) is None
+    bench_main(["list", str(path)])
+    assert " stale " in "".join(capsys.readouterr())
+    committed = grid.results_path.read_text()
+    bench_main(["report", str(path), "figures=false"])
+    assert f"s0: stale: its dataset changed since it ran (dataset {data}: digest {before} -> " \
+        f"{after})" in grid.report_path.read_text()
+    # nor is the results file's record of the old recording (a clone with the new data only)
+    shutil.move(grid.run_dir(cell), tmp_path / "elsewhere")
+    grid.results_path.write_text(committed)
+    bench_main(["report", str(path), "figures=false"])
+    assert "s0: stale: the results file's record is of another recording of the dataset" in (
+        grid.report_path.read_text())
+    shutil.move(tmp_path / "elsewhere", grid.run_dir(cell))
+    bench_main(["run", str(path), "figures=false"])  # set aside, trained again on the new one
+    assert "starting over" in "".join(capsys.readouterr())
+    assert finished(grid, cell) is not None
+    (record,) = json.loads(grid.results_path.read_text())["records"]
+    assert record["data"] == after
+    # committed records of two recordings (what a fresh clone, without the data, reports)
+    from robotrl.bench.report import report
+
+    text, _ = report(grid, [record, {**record, "seed": 1, "data": before}], with_figures=False)
+    assert f"- {data}: {after} (1 cells), {before} (1 cells) — **more than one recording" in text
 
 
 def test_batch_seeds_trains_a_cells_seeds_in_one_process(pendulum, tmp_path, capsys):
