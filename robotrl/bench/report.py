@@ -262,9 +262,11 @@ def _data_markdown(data: dict[str, dict[str, int]]) -> list[str]:
     for target, counts in data.items():
         parts = [f"{d} ({n} cells)" if d else f"not recorded ({n} cells)"
                  for d, n in sorted(counts.items(), key=lambda kv: (kv[0] == "", kv[0]))]
-        mixed = sum(1 for d in counts if d) > 1
-        lines.append(f"- {target}: " + ", ".join(parts) + (
-            " — **more than one recording: these cells are not comparable**" if mixed else ""))
+        recorded = sum(1 for d in counts if d)
+        flag = (" — **more than one recording: these cells are not comparable**" if recorded > 1
+                else " — **the cells not recorded may be of another recording**"
+                if recorded and "" in counts else "")
+        lines.append(f"- {target}: " + ", ".join(parts) + flag)
     return lines + [""]
 
 

@@ -179,6 +179,10 @@ def test_a_dataset_recorded_again_is_not_passed_off_as_the_cells(pendulum, tmp_p
 
     text, _ = report(grid, [record, {**record, "seed": 1, "data": before}], with_figures=False)
     assert f"- {data}: {after} (1 cells), {before} (1 cells) — **more than one recording" in text
+    unrecorded = {k: v for k, v in record.items() if k != "data"}  # from before digests
+    text, _ = report(grid, [record, {**unrecorded, "seed": 1}], with_figures=False)
+    assert f"- {data}: {after} (1 cells), not recorded (1 cells) — **the cells not recorded " \
+        "may be of another recording**" in text
 
 
 def test_batch_seeds_trains_a_cells_seeds_in_one_process(pendulum, tmp_path, capsys):
