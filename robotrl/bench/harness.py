@@ -46,9 +46,9 @@ DEFAULTS = ("logger.progress=false", "torch_threads=1")
 
 
 LOAD_FILE = "load.json"
+"""A cell's load record in its run directory (``LoadSampler``)."""
 DATA_FILE = "data.json"
 """An offline cell's dataset digest (``Dataset.digest``), written when the cell starts."""
-"""A cell's load record in its run directory (``LoadSampler``)."""
 
 
 class LoadSampler:
@@ -140,6 +140,12 @@ def data_changed(grid: Grid, cell: Cell) -> list[str]:
     ran = (read_json(grid.run_dir(cell) / DATA_FILE) or {}).get("digest")
     now = data_digest(cell.target) if ran else None
     return [f"dataset {cell.target}: digest {ran} -> {now}"] if now and ran != now else []
+
+
+def what_changed(diff: list[str]) -> str:
+    """"its dataset" when every line of a stale cell's ``diff`` is ``data_changed``'s, else
+    "the config"."""
+    return "its dataset" if all(d.startswith("dataset ") for d in diff) else "the config"
 
 
 def mark_data(grid: Grid, cell: Cell) -> None:
@@ -361,8 +367,7 @@ def run_cell(grid: Grid, cell: Cell) -> dict[str, Any] | None:
         done, diff = None, ["init: its stage trained again"]
     if done is None:
         if diff:  # never resumed or reused under another config: set aside, start over
-            what = "its dataset" if all(d.startswith("dataset ") for d in diff) else "the config"
-            _set_aside(run, f"{cell.label}: {what} changed since it ran", diff)
+            _set_aside(run, f"{cell.label}: {what_changed(diff)} changed since it ran", diff)
         run.mkdir(parents=True, exist_ok=True)
         mark_data(grid, cell)
         try:
@@ -493,8 +498,7 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
         done, diff = status(grid, cell)
         if done is None:
             failed = read_json(run / "failed.json")
-            what = "its dataset" if all(d.startswith("dataset ") for d in diff) else "the config"
-            why = (f"stale: {what} changed since it ran ({'; '.join(diff)})" if diff
+            why = (f"stale: {what_changed(diff)} changed since it ran ({'; '.join(diff)})" if diff
                    else failed["error"] if failed else "not run")
             records.append({**base, "missing": why})
             continue
