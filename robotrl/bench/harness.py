@@ -131,15 +131,22 @@ def data_digest(target: str) -> str | None:
         return None
 
 
+def other_recording(grid: Grid, target: str, ran: str | None) -> str | None:
+    """The digest of the dataset on disk when it is another recording than ``ran`` (the
+    digest a run or a record trained on), else None. Runs and records from before digests
+    were recorded, and datasets not on disk here, are not judged."""
+    if not grid.offline or not ran:
+        return None
+    now = data_digest(target)
+    return now if now not in (None, ran) else None
+
+
 def data_changed(grid: Grid, cell: Cell) -> list[str]:
     """Why an offline cell's run is not of the dataset on disk now (it was recorded again
-    since the run started: other rows, or other reference returns), else []. Runs from
-    before digests were recorded, and datasets not on disk here, are not judged."""
-    if not grid.offline:
-        return []
+    since the run started: other rows, or other reference returns), else []."""
     ran = (read_json(grid.run_dir(cell) / DATA_FILE) or {}).get("digest")
-    now = data_digest(cell.target) if ran else None
-    return [f"dataset {cell.target}: digest {ran} -> {now}"] if now and ran != now else []
+    now = other_recording(grid, cell.target, ran)
+    return [f"dataset {cell.target}: digest {ran} -> {now}"] if now else []
 
 
 def what_changed(diff: list[str]) -> str:

@@ -58,7 +58,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
         collect,
         committed_records,
         current,
-        data_digest,
+        other_recording,
         record_key,
     )
     from robotrl.logging import console
@@ -83,8 +83,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
         cell = cells[record_key(r)]
         if not current(grid, cell, old):
             why = "a config the grid no longer composes (a tuned file or a default changed)"
-        elif grid.offline and old.get("data") and data_digest(cell.target) not in (
-                None, old["data"]):  # recorded, and the dataset on disk is another recording
+        elif other_recording(grid, cell.target, old.get("data")):
             why = "another recording of the dataset than the one on disk"
         else:
             return old
