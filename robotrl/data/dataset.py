@@ -75,6 +75,14 @@ class DatasetCard:
         return 100.0 * (episode_return - self.ref_min_score) / (
             self.ref_max_score - self.ref_min_score)
 
+    def check_reference(self, where: str) -> None:
+        """Raise ``DatasetError`` when both reference scores are set and equal: no normalized
+        score can divide by an empty range."""
+        if self.ref_min_score is not None and self.ref_min_score == self.ref_max_score:
+            raise DatasetError(f"{where}: ref_min_score and ref_max_score are both "
+                               f"{self.ref_min_score:g}; a normalized score needs them to differ "
+                               "(or both null)")
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -98,7 +106,9 @@ class DatasetCard:
             out[key] = float(value) if numeric else value
         if "task" not in out:
             out["task"] = ""
-        return cls(**out)
+        card = cls(**out)
+        card.check_reference(where)
+        return card
 
 
 CARD_TYPES: dict[str, tuple[type, ...]] = {

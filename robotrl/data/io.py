@@ -114,6 +114,7 @@ def _minari_card(ds: Any, path: Path) -> DatasetCard:
             except (TypeError, ValueError, OverflowError):
                 raise DatasetError(f"{path.parent}: metadata {key}={meta[key]!r:.40} is not a "
                                    "number") from None
+    card.check_reference(str(path.parent))
     card.source = str(path.parent)
     return card
 
