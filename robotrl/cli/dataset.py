@@ -194,6 +194,10 @@ def collect_main(argv: list[str]) -> None:
 
     card = DatasetCard(task=task_class(task).gym_id, dataset_id=dataset_id, kind=kind,
                        ref_min_score=ref_min, ref_max_score=ref_max, simulator=backend)
+    try:  # a card the readers would refuse is refused before the collection, not after
+        card.check_reference(f"task {task!r}")
+    except DatasetError as err:
+        _fail(f"{err}: the expert scores what a uniform-random policy does")
     parts = []
     if kind == "scripted":
         groups = ("policy", *rand_env.task.observation_groups())

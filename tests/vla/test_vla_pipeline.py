@@ -68,6 +68,23 @@ def test_collect_rejects_bad_task_options(tmp_path: Path,
     assert not (tmp_path / "x.hdf5").exists()
 
 
+def test_collect_refuses_an_expert_that_scores_like_random(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # equal reference returns give no normalized score: the readers refuse such a card
+    # (DatasetCard.check_reference), so collect refuses it before collecting
+    monkeypatch.setattr("robotrl.cli.dataset._mean_return", lambda *args: 3.0)
+
+    def collect(*args: Any) -> None:
+        raise AssertionError("collected before refusing the card")
+
+    monkeypatch.setattr("robotrl.runners.collect.collect", collect)
+    with pytest.raises(SystemExit) as exc:
+        collect_main(["task=tabletop", "kind=scripted", "steps=64", f"out={tmp_path / 'x.hdf5'}"])
+    assert exc.value.code == 2
+    assert "ref_min_score and ref_max_score are both 3" in capsys.readouterr().err
+    assert not (tmp_path / "x.hdf5").exists()
+
+
 def test_bc_then_grpo_evaluates_test_states_and_held_out_instructions(
         demos: str, tmp_path: Path) -> None:
     bc = _run(tmp_path / "bc", {"name": "bc", "updates_per_iteration": 20, "batch_size": 64,
