@@ -10,6 +10,7 @@ robotrl and by the peers declared beside it; every cell an ordinary run director
     budgets: [1000000]                   # total_steps of each run
     overrides: [num_envs=16]             # every robotrl cell
     thresholds: {ppo: {halfcheetah: 5819}}
+    orderings: [{algo: trpo, over: ppo, by: 100, targets: [hopper]}]   # met or missed, per runner
     peers:
       sb3: {script: benchmarks/peers/sb3.py, algos: {ppo: PPO}}
 
@@ -85,6 +86,27 @@ class InitStage:
 
 
 @dataclasses.dataclass
+class Ordering:
+    """An ordering the literature expects between two of the grid's algorithms (``Grid.orderings``):
+    ``algo``'s IQM over seeds at least ``over``'s plus ``by`` on each of ``targets``, checked
+    for robotrl's cells and for each peer that runs both."""
+
+    algo: str
+    """The algorithm expected ahead (``td3bc``)."""
+    over: str
+    """The one it is expected to beat (``bc``)."""
+    by: float = 0.0
+    """The margin, in the grid's metric (CORL's offline ordering: 10 normalized points)."""
+    targets: list[str] = dataclasses.field(default_factory=list)
+    """The tasks or datasets it is expected on ([]: every one; not ``on``, which YAML reads as
+    true)."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.algo} ≥ {self.over}" + (f" + {self.by:g}" if self.by else "")
+
+
+@dataclasses.dataclass
 class Grid:
     """What a benchmark runs (see the module docstring); loaded from YAML by ``load_grid``."""
 
@@ -119,6 +141,8 @@ class Grid:
     """Algorithm -> target -> the score its final evaluation must reach (IQM over seeds)."""
     threshold_sources: dict[str, str] = dataclasses.field(default_factory=dict)
     """Target (or ``algo/target``) -> where its threshold comes from (printed under the table)."""
+    orderings: list[Ordering] = dataclasses.field(default_factory=list)
+    """Orderings between algorithms the report checks (met or missed, per target and runner)."""
     peers: dict[str, PeerConfig] = dataclasses.field(default_factory=dict)
     """Peer name -> how to run it."""
     ope_updates: int = 0
@@ -168,6 +192,16 @@ class Grid:
                                  f"{stage.budget}")
             if any(algo in p.algos for p in self.peers.values()):
                 raise ValueError(f"grid {self.name!r}: a peer cannot start from init.{algo}")
+        for i, order in enumerate(self.orderings):
+            for key in ("algo", "over"):
+                if getattr(order, key) not in self.algos:
+                    raise ValueError(f"grid {self.name!r}: orderings[{i}].{key} "
+                                     f"{getattr(order, key)!r} is not one of the grid's "
+                                     f"algorithms {sorted(self.algos)}")
+            unknown = sorted(set(order.targets) - set(self.targets))
+            if unknown:
+                raise ValueError(f"grid {self.name!r}: orderings[{i}].targets names {unknown}, not "
+                                 f"among the grid's targets {self.targets}")
         for peer, p in self.peers.items():
             unknown = sorted(set(p.algos) - set(self.algos))
             if unknown:

@@ -6,8 +6,11 @@ results file.
   evaluation with a stratified-bootstrap 95% CI (``robotrl.stats``), seeds, steps and mean wall
   clock; PASS/FAIL against the grid's threshold where it has one. A contestant is an algorithm
   run by robotrl (``sac``) or by a peer (``sac@sb3``).
-- Where a peer runs the same algorithm: the probability that a robotrl run beats a peer run
-  (stratified over targets), bootstrap 95% CI.
+- Where a peer runs the same algorithm: whether our cell's IQM lies below, within or above the
+  peer's 95% interval (peer cells with 2+ seeds), and the probability that a robotrl run beats a
+  peer run (stratified over targets), bootstrap 95% CI.
+- The grid's orderings (``td3bc >= bc + 10`` on named datasets): met or missed per target, for
+  robotrl and for each peer that runs both algorithms.
 - Over targets, for normalized metrics (``normalized_score``: 100 = expert; ``success``): IQM,
   mean, median and optimality gap with stratified-bootstrap CIs, for contestants with every
   cell finished; probability of improvement for every pair.
@@ -88,6 +91,8 @@ def summarize(grid: Grid, records: list[dict[str, Any]], reps: int = 50_000) -> 
                     cell["threshold"] = threshold
                     cell["pass"] = bool(point[0] >= threshold)
                 section["cells"][f"{target}|{who}"] = cell
+        section["against_peer"] = against_peer(grid, section["cells"])
+        section["orderings"] = orderings(grid, section["cells"])
         for who in names:
             if "@" not in who:
                 continue
@@ -113,6 +118,43 @@ def summarize(grid: Grid, records: list[dict[str, Any]], reps: int = 50_000) -> 
         section["ope"] = ope_summary(done)
         section["init"] = init_summary(grid, done)
         out["budgets"][str(budget)] = section
+    return out
+
+
+def against_peer(grid: Grid, cells: dict[str, Any]) -> dict[str, str]:
+    """``target|algo|peer`` -> where our cell's IQM lies against the peer's 95% interval on the
+    same target (``below``, ``within``, ``above``), where the peer's cell has 2+ seeds."""
+    out = {}
+    for target in grid.targets:
+        for peer, cfg in grid.peers.items():
+            for algo in cfg.algos:
+                ours, theirs = cells.get(f"{target}|{algo}"), cells.get(f"{target}|{algo}@{peer}")
+                if ours is None or theirs is None or theirs["seeds"] < 2:
+                    continue
+                point, (_, lo, hi) = ours["iqm"][0], theirs["iqm"]
+                out[f"{target}|{algo}|{peer}"] = ("below" if point < lo else
+                                                  "above" if point > hi else "within")
+    return out
+
+
+def orderings(grid: Grid, cells: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each of the grid's orderings (``Grid.orderings``) on each of its targets, for robotrl and
+    for every peer that runs both algorithms, where both cells finished: the two IQMs, their
+    seeds, and whether the first is at least the second plus the margin."""
+    out = []
+    for i, order in enumerate(grid.orderings):
+        runners = [""] + [f"@{p}" for p, cfg in grid.peers.items()
+                          if order.algo in cfg.algos and order.over in cfg.algos]
+        for target in order.targets or grid.targets:
+            for runner in runners:
+                first = cells.get(f"{target}|{order.algo}{runner}")
+                second = cells.get(f"{target}|{order.over}{runner}")
+                if first is None or second is None:
+                    continue
+                out.append({"ordering": i, "target": target, "runner": runner[1:] or ROBOTRL,
+                            "scores": (first["iqm"][0], second["iqm"][0]),
+                            "seeds": (first["seeds"], second["seeds"]),
+                            "met": bool(first["iqm"][0] >= second["iqm"][0] + order.by)})
     return out
 
 
@@ -209,10 +251,15 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
                            if "pass" in c else "")
                 score = (_ci(c["iqm"], digits=digits) if c["seeds"] > 1  # one run: no interval
                          else f"{c['iqm'][0]:.{digits}f}")
+                versus = [f"{where} {peer}'s CI" for key, where in section["against_peer"].items()
+                          for peer in [key.split("|")[2]] if key.startswith(f"{target}|{who}|")]
                 row.append(f"{score} (n={c['seeds']}, "
-                           f"{c['minutes']:.1f} min){verdict}")
+                           f"{c['minutes']:.1f} min){verdict}"
+                           + (f" *{', '.join(versus)}*" if versus else ""))
             lines.append(f"| {target} | " + " | ".join(row) + " |")
         lines.append("")
+        lines += _against_peer_markdown(grid, section)
+        lines += _orderings_markdown(grid, section["orderings"], digits)
         if section["vs_peer"]:
             lines += ["P(a robotrl run beats a peer run), stratified over "
                       f"{kind}, bootstrap 95% CI:", ""]
@@ -251,6 +298,52 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
         lines += ["Missing cells:", "", *[f"- {m}" for m in summary["missing"]], ""]
     lines += [f"![{Path(f).stem}]({Path(f).parent.name}/{Path(f).name})" for f in figures]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _against_peer_markdown(grid: Grid, section: dict[str, Any]) -> list[str]:
+    """The count of our cells below, within and above the peer's interval, naming those below."""
+    verdicts = section["against_peer"]
+    if not verdicts:
+        return []
+    below = [key.split("|") for key, where in verdicts.items() if where == "below"]
+    peers = ", ".join(grid.peers)
+    lines = [f"Against the peer ({peers}): our IQM within or above the peer's 95% interval in "
+             f"{len(verdicts) - len(below)} of the {len(verdicts)} cells where the peer has 2 or "
+             "more seeds (*below*, *within*, *above* in the cells)"
+             + (": below in " + "; ".join(f"{a} on {t} ({p})" for t, a, p in below) if below
+                else "") + ".", ""]
+    return lines
+
+
+def _orderings_markdown(grid: Grid, found: list[dict[str, Any]], digits: int) -> list[str]:
+    """A table of the grid's orderings: per target, each runner's two IQMs, met or missed."""
+    if not found:
+        return []
+    runners = [r for r in [ROBOTRL, *grid.peers] if any(f["runner"] == r for f in found)]
+    full = len(grid.seeds)
+    lines = ["Orderings the literature expects (IQM over seeds; met when the first is at least "
+             f"the second plus the margin; n where a cell has fewer than {full} seeds):", "",
+             "| ordering | " + ("dataset" if grid.offline else "task") + " | "
+             + " | ".join(runners) + " |", "|---|---|" + "---|" * len(runners)]
+    keys = sorted({(f["ordering"], f["target"]) for f in found},
+                  key=lambda k: (k[0], grid.targets.index(k[1])))
+    for i, target in keys:
+        row = []
+        for runner in runners:
+            f = next((f for f in found if (f["ordering"], f["target"], f["runner"])
+                      == (i, target, runner)), None)
+            if f is None:
+                row.append("—")
+                continue
+            a, b = f["scores"]
+            seeds = "" if min(f["seeds"]) >= full else f" (n={f['seeds'][0]}, {f['seeds'][1]})"
+            row.append(f"{a:.{digits}f} vs {b:.{digits}f}{seeds}: "
+                       + ("**met**" if f["met"] else "**missed**"))
+        lines.append(f"| {grid.orderings[i].label} | {target} | " + " | ".join(row) + " |")
+    met = sum(f["met"] for f in found if f["runner"] == ROBOTRL)
+    ours = sum(f["runner"] == ROBOTRL for f in found)
+    return lines + ["", f"robotrl meets {met} of the {ours} orderings with both cells finished.",
+                    ""]
 
 
 def _data_markdown(data: dict[str, dict[str, int]]) -> list[str]:

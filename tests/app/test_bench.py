@@ -278,6 +278,12 @@ def test_ope_command(pendulum, tmp_path):
     ({"budgets": [0]}, "budgets must be >= 1"),
     ({"peers": {"sb3": {"script": "x.py", "algos": {"sac": "SAC"}}}},
      "peer 'sb3' names algorithms \\['sac'\\]"),
+    ({"orderings": [{"algo": "iql", "over": "bc"}]},
+     "orderings\\[0\\].algo 'iql' is not one of the grid's algorithms \\['bc', 'td3bc'\\]"),
+    ({"orderings": [{"algo": "td3bc", "over": "bc", "by": 10, "targets": ["walker2d"]}]},
+     "orderings\\[0\\].targets names \\['walker2d'\\], not among the grid's targets"),
+    ({"orderings": [{"algo": "td3bc", "over": "bc", "on": ["x"]}]},
+     "unknown config key.*'on'.*allowed keys: \\['algo', 'over', 'by', 'targets'\\]"),
 ])
 def test_bad_grid_is_named(bad, message, tmp_path, pendulum):
     path = write_grid(tmp_path, pendulum, **bad)

@@ -1,0 +1,75 @@
+"""The report grades itself: each of our cells against the peer's interval (below, within,
+above) and the grid's orderings (``td3bc >= bc + 10``) met or missed, for robotrl and for each
+peer that runs both algorithms. Records are made up here, so every verdict is known."""
+
+import yaml
+
+from robotrl.bench.grid import load_grid
+from robotrl.bench.report import report
+
+BUDGET = 1000
+
+
+def record(runner: str, algo: str, target: str, seed: int, final: float) -> dict:
+    return {"runner": runner, "algo": algo, "target": target, "seed": seed, "budget": BUDGET,
+            "steps": BUDGET, "final": final, "train_seconds": 60.0, "machine": "test"}
+
+
+def cells(runner: str, algo: str, target: str, scores: list[float]) -> list[dict]:
+    return [record(runner, algo, target, seed, s) for seed, s in enumerate(scores)]
+
+
+def test_cells_against_the_peer_and_orderings_are_graded(tmp_path):
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "graded", "out": str(tmp_path / "bench"), "algos": ["ppo", "trpo"],
+        "tasks": ["hopper", "walker2d", "ant"], "seeds": [0, 1, 2], "budgets": [BUDGET],
+        "orderings": [{"algo": "trpo", "over": "ppo", "by": 100, "targets": ["hopper"]},
+                      {"algo": "ppo", "over": "trpo"}],
+        "peers": {"sb3": {"script": "peer.py", "algos": {"ppo": "PPO", "trpo": "TRPO"}}}}))
+    grid = load_grid(path)
+    records = [
+        *cells("robotrl", "ppo", "hopper", [110] * 3), *cells("sb3", "ppo", "hopper", [200, 210, 220]),
+        *cells("robotrl", "trpo", "hopper", [210] * 3), *cells("sb3", "trpo", "hopper", [300] * 3),
+        *cells("robotrl", "ppo", "walker2d", [150] * 3),
+        *cells("sb3", "ppo", "walker2d", [100, 150, 200]),
+        *cells("robotrl", "trpo", "walker2d", [500] * 3), *cells("sb3", "trpo", "walker2d", [500] * 3),
+        *cells("robotrl", "ppo", "ant", [999] * 3), *cells("sb3", "ppo", "ant", [100, 110, 120]),
+        *cells("robotrl", "trpo", "ant", [5] * 3), *cells("sb3", "trpo", "ant", [7]),  # one seed
+    ]
+    text, summary = report(grid, records, with_figures=False, reps=500)
+    section = summary["budgets"][str(BUDGET)]
+    assert section["against_peer"] == {
+        "hopper|ppo|sb3": "below", "hopper|trpo|sb3": "below",
+        "walker2d|ppo|sb3": "within", "walker2d|trpo|sb3": "within",  # equal to a 0-wide CI
+        "ant|ppo|sb3": "above"}  # ant's TRPO: the peer has one seed, no interval, no verdict
+    graded = {(f["ordering"], f["target"], f["runner"]): f["met"] for f in section["orderings"]}
+    assert graded == {
+        (0, "hopper", "robotrl"): True,  # 210 >= 110 + 100: met at the margin exactly
+        (0, "hopper", "sb3"): False,     # 300 < 210 + 100
+        (1, "hopper", "robotrl"): False, (1, "hopper", "sb3"): False,
+        (1, "walker2d", "robotrl"): False, (1, "walker2d", "sb3"): False,  # 150 < 500
+        (1, "ant", "robotrl"): True, (1, "ant", "sb3"): True}  # every target: targets=[]
+    ant = next(f for f in section["orderings"] if f["target"] == "ant" and f["runner"] == "sb3")
+    assert ant["seeds"] == (3, 1)
+
+    hopper = next(line for line in text.splitlines() if line.startswith("| hopper |"))
+    assert hopper.count("*below sb3's CI*") == 2
+    assert "*above sb3's CI*" in next(line for line in text.splitlines()
+                                      if line.startswith("| ant |"))
+    assert ("within or above the peer's 95% interval in 3 of the 5 cells where the peer has 2 "
+            "or more seeds") in text
+    assert "below in ppo on hopper (sb3); trpo on hopper (sb3)" in text
+    assert "| trpo ≥ ppo + 100 | hopper | 210.0 vs 110.0: **met** | 300.0 vs 210.0: **missed** |" in text
+    assert "| ppo ≥ trpo | ant | 999.0 vs 5.0: **met** | 110.0 vs 7.0 (n=3, 1): **met** |" in text
+    assert "robotrl meets 2 of the 4 orderings with both cells finished." in text
+
+
+def test_a_grid_without_peers_or_orderings_prints_neither(tmp_path):
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({"name": "plain", "out": str(tmp_path / "b"), "algos": ["ppo"],
+                                    "tasks": ["hopper"], "seeds": [0, 1], "budgets": [BUDGET]}))
+    text, summary = report(load_grid(path), cells("robotrl", "ppo", "hopper", [1.0, 2.0]),
+                           with_figures=False, reps=200)
+    assert summary["budgets"][str(BUDGET)]["orderings"] == []
+    assert "Against the peer" not in text and "Orderings" not in text and "CI*" not in text
