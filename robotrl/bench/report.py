@@ -251,8 +251,8 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
                            if "pass" in c else "")
                 score = (_ci(c["iqm"], digits=digits) if c["seeds"] > 1  # one run: no interval
                          else f"{c['iqm'][0]:.{digits}f}")
-                versus = [f"{where} {peer}'s CI" for key, where in section["against_peer"].items()
-                          for peer in [key.split("|")[2]] if key.startswith(f"{target}|{who}|")]
+                versus = [f"{where} {peer}'s CI" for peer in grid.peers
+                          if (where := section["against_peer"].get(f"{target}|{who}|{peer}"))]
                 row.append(f"{score} (n={c['seeds']}, "
                            f"{c['minutes']:.1f} min){verdict}"
                            + (f" *{', '.join(versus)}*" if versus else ""))
@@ -325,13 +325,13 @@ def _orderings_markdown(grid: Grid, found: list[dict[str, Any]], digits: int) ->
              f"the second plus the margin; n where a cell has fewer than {full} seeds):", "",
              "| ordering | " + ("dataset" if grid.offline else "task") + " | "
              + " | ".join(runners) + " |", "|---|---|" + "---|" * len(runners)]
-    keys = sorted({(f["ordering"], f["target"]) for f in found},
+    by_key = {(f["ordering"], f["target"], f["runner"]): f for f in found}
+    keys = sorted({(i, target) for i, target, _ in by_key},
                   key=lambda k: (k[0], grid.targets.index(k[1])))
     for i, target in keys:
         row = []
         for runner in runners:
-            f = next((f for f in found if (f["ordering"], f["target"], f["runner"])
-                      == (i, target, runner)), None)
+            f = by_key.get((i, target, runner))
             if f is None:
                 row.append("—")
                 continue
