@@ -506,7 +506,9 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
         if done is None:
             failed = read_json(run / "failed.json")
             why = (f"stale: {what_changed(diff)} changed since it ran ({'; '.join(diff)})" if diff
-                   else failed["error"] if failed else "not run")
+                   else failed["error"] if failed
+                   else cell.runner == ROBOTRL and progress(run, cell.budget, grid.metric)
+                   or "not run")
             records.append({**base, "missing": why})
             continue
         evals = [e for e in done.get("evaluations", []) if grid.metric in e]
@@ -534,6 +536,29 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
             record["ope"] = ope
         records.append(record)
     return records
+
+
+def progress(run: Path, budget: int, metric: str) -> str | None:
+    """Where an unfinished robotrl run got to, as its cell's missing reason: the step of its last
+    checkpoint (``bench run`` resumes from there) and its latest evaluation; without a checkpoint
+    here (one left on another machine), its latest evaluation logged to TensorBoard. None for a
+    run that never started."""
+    if not (run / "config.yaml").is_file():
+        return None
+    found = RunDir(run)
+    ckpt = found.checkpoint()
+    if ckpt is not None:
+        evals = [e for e in ckpt.get("evaluations", []) if metric in e]
+        last = (f"; {metric} {evals[-1][metric]:.1f} at its evaluation at {evals[-1]['step']:,}"
+                if evals else "")
+        return (f"started: {int(ckpt['global_step']):,} of {budget:,} steps at its last checkpoint"
+                f"{last} (`robotrl bench run` resumes it)")
+    series = found.scalars().get(f"eval/{metric}", [])
+    if series:
+        step, value = series[-1]
+        return (f"started: evaluated up to {step:,} of {budget:,} steps ({metric} {value:.1f} "
+                "there); no checkpoint here to resume from")
+    return "started: no checkpoint or evaluation yet"
 
 
 def init_record(grid: Grid, cell: Cell, done: dict[str, Any]) -> dict[str, Any]:

@@ -71,15 +71,17 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
     path = grid.results_path
     saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
     done = {record_key(r): r for r in saved if "final" in r}
+    started = {record_key(r): r for r in saved if r.get("missing", "").startswith("started")}
     cells = {record_key(vars(c)): c for c in grid.cells()}
 
     def reuse(r: dict[str, Any]) -> dict[str, Any]:
         """A cell not finished here: the results file's record of it, unless that record is of
         a config the cell no longer composes or of another recording of its dataset than the
-        one on disk (then the cell stays missing, marked stale)."""
+        one on disk (then the cell stays missing, marked stale); for a cell not started here,
+        how far the results file says it got elsewhere."""
         old = done.get(record_key(r))
         if old is None:
-            return r
+            return started.get(record_key(r), r) if r["missing"] == "not run" else r
         cell = cells[record_key(r)]
         if not current(grid, cell, old):
             why = "a config the grid no longer composes (a tuned file or a default changed)"
@@ -97,11 +99,13 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
 
 
 def write_results(grid: Any, records: list[dict[str, Any]], kept: list[dict[str, Any]]) -> None:
-    """The grid's results file: every finished record, the ``kept`` ones first."""
+    """The grid's results file: every finished record, the ``kept`` ones first, and how far
+    each started one got (its missing reason: the committed report says it too)."""
     from robotrl.checkpoint import write_json
 
-    finished = kept + [r for r in records if "final" in r]
-    write_json(grid.results_path, {"grid": grid.name, "records": finished}, indent=1)
+    saved = kept + [r for r in records
+                    if "final" in r or r.get("missing", "").startswith("started")]
+    write_json(grid.results_path, {"grid": grid.name, "records": saved}, indent=1)
 
 
 def _check_cards(datasets: list[str]) -> None:

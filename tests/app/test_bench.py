@@ -55,6 +55,12 @@ def test_interrupted_grid_resumes_without_redoing_cells(pendulum, tmp_path, monk
     cut = runs[("td3bc", 1)]
     assert not (cut / "result.json").exists()
     assert load_checkpoint(cut / "checkpoints" / "last.pt")["global_step"] == 100
+    # the report says how far the cut cell got, and so does the results file it commits
+    bench_main(["report", str(path)])
+    started = "started: 100 of 200 steps at its last checkpoint; normalized_score"
+    assert started in (tmp_path / "committed" / "report.md").read_text()
+    saved = json.loads((tmp_path / "committed" / "results.json").read_text())["records"]
+    assert [r["missing"][:len(started)] for r in saved if "missing" in r] == [started]
     before = {k: (r / "checkpoints" / "last.pt").stat().st_mtime_ns for k, r in runs.items()}
     # the second invocation runs its cells in 2 processes through the joblib launcher
     bench_main(["run", str(path), "launcher=joblib", "jobs=2"])
@@ -467,3 +473,29 @@ def test_bad_init_stage_is_named(stage, message, tmp_path):
                                     "algos": ["grpo"], **stage}))
     with pytest.raises(SystemExit, match=message):
         bench_main(["run", str(path)])
+
+
+def test_a_started_cell_says_how_far_it_got(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from robotrl.bench.harness import progress
+    from robotrl.checkpoint import save_checkpoint
+
+    run = tmp_path / "run"
+    assert progress(run, 50_000, "normalized_score") is None  # never started
+    run.mkdir()
+    (run / "config.yaml").write_text("{}\n")
+    assert progress(run, 50_000, "normalized_score") == "started: no checkpoint or evaluation yet"
+    # its checkpoints left on another machine: the latest evaluation it logged
+    with SummaryWriter(str(run)) as writer:
+        for step, score in ((5_000, 4.5), (10_000, 6.25)):
+            writer.add_scalar("eval/normalized_score", score, step)
+    assert progress(run, 50_000, "normalized_score") == (
+        "started: evaluated up to 10,000 of 50,000 steps (normalized_score 6.2 there); no "
+        "checkpoint here to resume from")
+    # the checkpoint a resume starts from comes first
+    save_checkpoint(run / "checkpoints" / "last.pt", {"global_step": 15_000, "evaluations": [
+        {"step": 10_000, "normalized_score": 6.25}, {"step": 15_000, "return_mean": 80.0}]})
+    assert progress(run, 50_000, "normalized_score") == (
+        "started: 15,000 of 50,000 steps at its last checkpoint; normalized_score 6.2 at its "
+        "evaluation at 10,000 (`robotrl bench run` resumes it)")
