@@ -155,8 +155,8 @@ class Grid:
     notes: str = ""
     """Printed under the report's tables (how and where the cells ran, known caveats)."""
     results: str = ""
-    """A JSON file collecting every finished cell's compact record (commit it: the report is
-    recomputed from it alone); '' : ``out/results.json``."""
+    """A JSON file collecting every finished cell's compact record, and how far each started one
+    got (commit it: the report is recomputed from it alone); '' : ``out/results.json``."""
     report: str = ""
     """Markdown file the report is written to ('' : ``out/report.md``)."""
 
