@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from robotrl.bench.grid import ROBOTRL, Cell, Grid
-from robotrl.checkpoint import write_json
+from robotrl.checkpoint import CheckpointError, write_json
 from robotrl.experiment import RESULT_FILE, Experiment, RunDir, compose, config_digest
 from robotrl.experiment.run import config_fields
 
@@ -546,7 +546,10 @@ def progress(run: Path, budget: int, metric: str) -> str | None:
     if not (run / "config.yaml").is_file():
         return None
     found = RunDir(run)
-    ckpt = found.checkpoint()
+    try:
+        ckpt = found.checkpoint()
+    except CheckpointError as err:  # the report goes on: this cell says why it cannot resume
+        return f"started: its last checkpoint cannot be read ({err})"
     if ckpt is not None:
         evals = [e for e in ckpt.get("evaluations", []) if metric in e]
         last = (f"; {metric} {evals[-1][metric]:.1f} at its evaluation at {evals[-1]['step']:,}"

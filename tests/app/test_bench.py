@@ -499,3 +499,7 @@ def test_a_started_cell_says_how_far_it_got(tmp_path):
     assert progress(run, 50_000, "normalized_score") == (
         "started: 15,000 of 50,000 steps at its last checkpoint; normalized_score 6.2 at its "
         "evaluation at 10,000 (`robotrl bench run` resumes it)")
+    # a checkpoint that cannot be read: the report goes on, naming it
+    (run / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
+    assert progress(run, 50_000, "normalized_score").startswith(
+        "started: its last checkpoint cannot be read (")
