@@ -49,6 +49,8 @@ LOAD_FILE = "load.json"
 """A cell's load record in its run directory (``LoadSampler``)."""
 DATA_FILE = "data.json"
 """An offline cell's dataset digest (``Dataset.digest``), written when the cell starts."""
+STARTED = "started: "
+"""How the missing reason of a cell that started and has not finished begins (``progress``)."""
 
 
 class LoadSampler:
@@ -549,19 +551,24 @@ def progress(run: Path, budget: int, metric: str) -> str | None:
     try:
         ckpt = found.checkpoint()
     except CheckpointError as err:  # the report goes on: this cell says why it cannot resume
-        return f"started: its last checkpoint cannot be read ({err})"
+        return f"{STARTED}its last checkpoint cannot be read ({err})"
     if ckpt is not None:
         evals = [e for e in ckpt.get("evaluations", []) if metric in e]
         last = (f"; {metric} {evals[-1][metric]:.1f} at its evaluation at {evals[-1]['step']:,}"
                 if evals else "")
-        return (f"started: {int(ckpt['global_step']):,} of {budget:,} steps at its last checkpoint"
+        return (f"{STARTED}{int(ckpt['global_step']):,} of {budget:,} steps at its last checkpoint"
                 f"{last} (`robotrl bench run` resumes it)")
     series = found.scalars().get(f"eval/{metric}", [])
     if series:
         step, value = series[-1]
-        return (f"started: evaluated up to {step:,} of {budget:,} steps ({metric} {value:.1f} "
+        return (f"{STARTED}evaluated up to {step:,} of {budget:,} steps ({metric} {value:.1f} "
                 "there); no checkpoint here to resume from")
-    return "started: no checkpoint or evaluation yet"
+    return f"{STARTED}no checkpoint or evaluation yet"
+
+
+def under_way(record: dict[str, Any]) -> bool:
+    """Whether a cell's record is of a run that started and has not finished (``progress``)."""
+    return record.get("missing", "").startswith(STARTED)
 
 
 def init_record(grid: Grid, cell: Cell, done: dict[str, Any]) -> dict[str, Any]:

@@ -60,6 +60,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
         current,
         other_recording,
         record_key,
+        under_way,
     )
     from robotrl.logging import console
 
@@ -71,7 +72,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
     path = grid.results_path
     saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
     done = {record_key(r): r for r in saved if "final" in r}
-    started = {record_key(r): r for r in saved if r.get("missing", "").startswith("started")}
+    started = {record_key(r): r for r in saved if under_way(r)}
     cells = {record_key(vars(c)): c for c in grid.cells()}
 
     def reuse(r: dict[str, Any]) -> dict[str, Any]:
@@ -101,10 +102,10 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
 def write_results(grid: Any, records: list[dict[str, Any]], kept: list[dict[str, Any]]) -> None:
     """The grid's results file: every finished record, the ``kept`` ones first, and how far
     each started one got (its missing reason: the committed report says it too)."""
+    from robotrl.bench.harness import under_way
     from robotrl.checkpoint import write_json
 
-    saved = kept + [r for r in records
-                    if "final" in r or r.get("missing", "").startswith("started")]
+    saved = kept + [r for r in records if "final" in r or under_way(r)]
     write_json(grid.results_path, {"grid": grid.name, "records": saved}, indent=1)
 
 
