@@ -612,3 +612,75 @@ def committed_records(grid: Grid, warn: Callable[[str], None] | None = None
                  "the grid no longer composes; rerun the cell")
         records.append(record)
     return records
+
+
+PLAN_STATES = ("done", "committed", "started", "stale", "todo")
+"""A cell's state in ``plan``; the last three are what ``only=missing`` runs."""
+
+
+def plan(grid: Grid) -> list[dict[str, Any]]:
+    """Each cell's state, for deciding what to run next (``robotrl bench list``): ``done``
+    (finished here), ``committed`` (finished on another machine: a record in the results file of
+    the config and dataset the cell has today), ``started`` (a run here that has not finished:
+    ``bench run`` resumes it), ``stale`` (a run here of another config or dataset), ``todo``.
+    Each entry: ``cell``, ``state``, ``machine`` (of a finished cell), ``seconds`` (a finished
+    cell's wall clock) and ``left`` (a started cell's fraction of its budget still to run)."""
+    path = grid.results_path
+    saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
+    committed = {record_key(r): r for r in saved if "final" in r}
+    entries = []
+    for cell in grid.cells():
+        entry: dict[str, Any] = {"cell": cell, "state": "todo"}
+        done, diff = status(grid, cell)
+        record = committed.get(record_key(vars(cell)))
+        run = grid.run_dir(cell)
+        if done is not None:
+            entry.update(state="done", machine=done.get("machine", ""),
+                         seconds=done.get("train_seconds"))
+        elif diff:
+            entry["state"] = "stale"
+        elif (record is not None and current(grid, cell, record)
+              and not other_recording(grid, cell.target, record.get("data"))):
+            entry.update(state="committed", machine=record.get("machine", ""),
+                         seconds=record.get("train_seconds"))
+        elif (run / "config.yaml").is_file():
+            entry.update(state="started", left=_left(run, cell.budget))
+        entries.append(entry)
+    return entries
+
+
+def _left(run: Path, budget: int) -> float:
+    """The fraction of ``budget`` a started run has still to train (from its last checkpoint;
+    all of it without one that can be read)."""
+    try:
+        ckpt = RunDir(run).checkpoint()
+    except CheckpointError:
+        return 1.0
+    step = int(ckpt["global_step"]) if ckpt else 0
+    return max(0.0, 1.0 - step / budget)
+
+
+def estimate(entries: list[dict[str, Any]]) -> dict[int, tuple[float, bool]]:
+    """Minutes each unfinished cell of ``plan`` still needs: index -> (minutes, whether from
+    runs of its own algorithm, task and budget, or else of the same algorithm on the grid's other
+    tasks); cells with neither are left out. The mean wall clock of the finished runs (the
+    machines and loads they ran on: an estimate, not a promise)."""
+    def key(cell: Cell, task: bool) -> tuple[Any, ...]:
+        return (cell.runner, cell.algo, cell.budget) + ((cell.target,) if task else ())
+
+    seconds: dict[tuple[Any, ...], list[float]] = {}
+    for e in entries:
+        s = e.get("seconds")
+        if e["state"] in ("done", "committed") and isinstance(s, (int, float)) and s == s:
+            for task in (True, False):
+                seconds.setdefault(key(e["cell"], task), []).append(float(s))
+    out = {}
+    for i, e in enumerate(entries):
+        if e["state"] in ("done", "committed"):
+            continue
+        for task in (True, False):
+            if key(e["cell"], task) in seconds:
+                s = seconds[key(e["cell"], task)]
+                out[i] = (sum(s) / len(s) / 60 * e.get("left", 1.0), task)
+                break
+    return out

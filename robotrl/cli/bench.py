@@ -1,11 +1,14 @@
 """``robotrl bench``: run a declared grid and report it from its run directories.
 
-    robotrl bench run benchmarks/grids/offline.yaml [jobs=2] [launcher=joblib] [only=0,5]
+    robotrl bench run benchmarks/grids/offline.yaml [jobs=2] [launcher=joblib] [only=0,5|missing]
                       [seeds=[0]] [budgets=[2000]] [out=runs/x]    (any top-level grid field)
     robotrl bench report benchmarks/grids/offline.yaml [--check]
     robotrl bench list benchmarks/grids/offline.yaml
 
-``run`` runs every unfinished cell (``robotrl.bench.harness``), then reports. ``report`` gathers
+``run`` runs every cell not finished here (``robotrl.bench.harness``), or with ``only=missing``
+every cell neither finished here nor in the results file, then reports. ``list`` numbers the
+cells, says which are done here, committed from another machine, started, stale or to do, and
+estimates the run-hours left from the finished runs' wall clock. ``report`` gathers
 every cell's compact record into the grid's results file (records of cells that are not on this
 machine are kept from it), writes the markdown report and prints it; ``--check`` writes nothing
 and exits 1 when the committed report differs from what the committed results give.
@@ -137,9 +140,53 @@ def _indices(value: object, count: int) -> list[int]:
     return only
 
 
+def _missing(grid: Any) -> list[int]:
+    """``only=missing``: the cells neither finished here nor committed from another machine."""
+    from robotrl.bench.harness import plan
+
+    return [i for i, e in enumerate(plan(grid)) if e["state"] not in ("done", "committed")]
+
+
+def _list(grid: Any) -> None:
+    """Every cell, its state (``robotrl.bench.harness.plan``) and run directory, and what is
+    left to run with the minutes it should take, from the wall clock of the finished runs."""
+    from collections import Counter
+
+    from robotrl.bench.harness import estimate, plan
+    from robotrl.logging import console
+
+    entries = plan(grid)
+    minutes = estimate(entries)
+    for i, e in enumerate(entries):
+        cell, state, seconds = e["cell"], e["state"], e.get("seconds")
+        notes = []
+        if isinstance(seconds, (int, float)) and seconds == seconds:  # not NaN
+            notes.append(f"{seconds / 60:.0f} min")
+        if e.get("machine"):
+            notes.append(f"on {e['machine']}")
+        if state == "started":
+            notes.append(f"{e['left']:.0%} left")
+        if i in minutes:
+            notes.append(f"about {minutes[i][0]:.0f} min to run"
+                         + ("" if minutes[i][1] else " as on its other tasks"))
+        console.print(f"{i:4d} {state:9s} {cell.label} -> {grid.run_dir(cell)}"
+                      + (f" ({', '.join(notes)})" if notes else ""), highlight=False, soft_wrap=True)
+    counts = Counter(e["state"] for e in entries)
+    left = [i for i, e in enumerate(entries) if e["state"] not in ("done", "committed")]
+    hours = sum(minutes[i][0] for i in left if i in minutes) / 60
+    unknown = sum(i not in minutes for i in left)
+    said = ", ".join(f"{counts[s]} {s}" for s in ("done", "committed", "started", "stale", "todo")
+                     if counts[s])
+    console.print(f"{len(entries)} cells: {said}." + (
+        f" Left to run (only=missing): {len(left)} cells, about {hours:.1f} run-hours from the "
+        "mean wall clock of this grid's finished runs of the same algorithm and task"
+        + (f"; {unknown} with no finished run of their algorithm to go by" if unknown else "")
+        + "." if left else ""), highlight=False, soft_wrap=True)
+
+
 def bench_main(argv: list[str]) -> None:
     from robotrl.bench.grid import load_grid
-    from robotrl.bench.harness import finished, launch, status
+    from robotrl.bench.harness import finished, launch
     from robotrl.bench.report import report
     from robotrl.checkpoint import atomic_open
     from robotrl.logging import console
@@ -151,13 +198,11 @@ def bench_main(argv: list[str]) -> None:
         raise SystemExit(f"grid error: {err}") from None
     cells = grid.cells()
     if action == "list":
-        for i, cell in enumerate(cells):
-            done, diff = status(grid, cell)
-            state = "done" if done else "stale" if diff else "todo"
-            console.print(f"{i:4d} {state} {cell.label} -> {grid.run_dir(cell)}")
+        _list(grid)
         return
     if action == "run":
-        only = _indices(options["only"], len(cells)) if "only" in options else None
+        only = (None if "only" not in options else _missing(grid) if options["only"] == "missing"
+                else _indices(options["only"], len(cells)))
         todo = [c for i, c in enumerate(cells) if (only is None or i in only)
                 and finished(grid, c) is None]
         if grid.offline and grid.metric == "normalized_score":

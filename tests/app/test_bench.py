@@ -503,3 +503,44 @@ def test_a_started_cell_says_how_far_it_got(tmp_path):
     (run / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
     assert progress(run, 50_000, "normalized_score").startswith(
         "started: its last checkpoint cannot be read (")
+
+
+def test_list_says_what_is_left_and_only_missing_runs_just_that(pendulum, tmp_path, capsys,
+                                                                  monkeypatch):
+    """``bench list`` tells a cell finished on another machine (its record committed) from one
+    to run, estimates what is left from the finished runs' wall clock (a started run's share of
+    it), and ``only=missing`` runs the cells the committed table lacks."""
+    import re
+    import shutil
+
+    from robotrl.runners.offline import OfflineRunner
+
+    path = write_grid(tmp_path, pendulum, algos=["bc"], seeds=[0, 1, 2], ope_updates=0)
+    grid = load_grid(path)
+    bench_main(["run", str(path), "only=0", "figures=false"])
+    shutil.move(grid.run_dir(grid.cells()[0]), tmp_path / "elsewhere")  # "another machine"
+    original = OfflineRunner._iteration
+
+    def cut_after_one(self):  # noqa: ANN001, ANN202 - Ctrl-C after the first 100 updates
+        if self.global_step >= 100:
+            raise KeyboardInterrupt
+        return original(self)
+
+    monkeypatch.setattr(OfflineRunner, "_iteration", cut_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        bench_main(["run", str(path), "only=1"])
+    monkeypatch.undo()
+    capsys.readouterr()
+    bench_main(["list", str(path)])
+    said = capsys.readouterr()
+    out = " ".join((said.out + said.err).split())
+    assert re.search(r"0 committed robotrl bc \S+ 200 s0 -> \S+ \(\d+ min, on [^)]+\)", out), out
+    assert re.search(r"1 started robotrl bc \S+ 200 s1 -> \S+ \(50% left, about \d+ min to run\)",
+                     out), out
+    assert re.search(r"2 todo robotrl bc \S+ 200 s2 -> \S+ \(about \d+ min to run\)", out), out
+    assert re.search(r"3 cells: 1 committed, 1 started, 1 todo. Left to run \(only=missing\): 2 "
+                     r"cells, about [\d.]+ run-hours", out), out
+    ran = []
+    monkeypatch.setattr("robotrl.bench.harness.launch", lambda *args: ran.append(args[5]) or 0.0)
+    bench_main(["run", str(path), "only=missing", "figures=false"])
+    assert ran == [[1, 2]]
