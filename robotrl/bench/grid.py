@@ -49,6 +49,8 @@ from robotrl.config import from_dict
 
 ROBOTRL = "robotrl"
 """The runner name of our own cells."""
+ORDERING_AT = ("final", "wall_clock")
+"""Where an ``Ordering`` compares its two algorithms."""
 
 
 @dataclasses.dataclass
@@ -100,10 +102,15 @@ class Ordering:
     targets: list[str] = dataclasses.field(default_factory=list)
     """The tasks or datasets it is expected on ([]: every one; not ``on``, which YAML reads as
     true)."""
+    at: str = "final"
+    """final: the final evaluations; wall_clock: each side's evaluations at the same minute of
+    training, the shorter of the two runs' mean wall clock (a faster algorithm's claim: the
+    best return for the time spent, whatever the steps)."""
 
     @property
     def label(self) -> str:
-        return f"{self.algo} ≥ {self.over}" + (f" + {self.by:g}" if self.by else "")
+        return (f"{self.algo} ≥ {self.over}" + (f" + {self.by:g}" if self.by else "")
+                + (" at equal wall clock" if self.at == "wall_clock" else ""))
 
 
 @dataclasses.dataclass
@@ -202,6 +209,9 @@ class Grid:
             if unknown:
                 raise ValueError(f"grid {self.name!r}: orderings[{i}].targets names {unknown}, not "
                                  f"among the grid's targets {self.targets}")
+            if order.at not in ORDERING_AT:
+                raise ValueError(f"grid {self.name!r}: orderings[{i}].at must be one of "
+                                 f"{list(ORDERING_AT)}, got {order.at!r}")
         for peer, p in self.peers.items():
             unknown = sorted(set(p.algos) - set(self.algos))
             if unknown:

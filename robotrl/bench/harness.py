@@ -521,6 +521,8 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
                   "machine": done.get("machine", ""),
                   "curve": {"steps": [e["step"] for e in evals],
                             "score": [e[grid.metric] for e in evals]}}
+        if evals and all("seconds" in e for e in evals):  # for orderings at equal wall clock
+            record["curve"]["minutes"] = [round(e["seconds"] / 60, 3) for e in evals]
         load = read_json(run / LOAD_FILE)
         if load:
             record["load"] = round(load["mean"], 2)

@@ -9,8 +9,8 @@ results file.
 - Where a peer runs the same algorithm: whether our cell's IQM lies below, within or above the
   peer's 95% interval (peer cells with 2+ seeds), and the probability that a robotrl run beats a
   peer run (stratified over targets), bootstrap 95% CI.
-- The grid's orderings (``td3bc >= bc + 10`` on named datasets): met or missed per target, for
-  robotrl and for each peer that runs both algorithms.
+- The grid's orderings (``td3bc >= bc + 10`` on named datasets; or at equal wall clock): met or
+  missed per target, for robotrl and for each peer that runs both algorithms.
 - Over targets, for normalized metrics (``normalized_score``: 100 = expert; ``success``): IQM,
   mean, median and optimality gap with stratified-bootstrap CIs, for contestants with every
   cell finished; probability of improvement for every pair.
@@ -92,7 +92,7 @@ def summarize(grid: Grid, records: list[dict[str, Any]], reps: int = 50_000) -> 
                     cell["pass"] = bool(point[0] >= threshold)
                 section["cells"][f"{target}|{who}"] = cell
         section["against_peer"] = against_peer(grid, section["cells"])
-        section["orderings"] = orderings(grid, section["cells"])
+        section["orderings"] = orderings(grid, section["cells"], done)
         for who in names:
             if "@" not in who:
                 continue
@@ -137,25 +137,53 @@ def against_peer(grid: Grid, cells: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def orderings(grid: Grid, cells: dict[str, Any]) -> list[dict[str, Any]]:
+def orderings(grid: Grid, cells: dict[str, Any], done: list[dict[str, Any]]
+              ) -> list[dict[str, Any]]:
     """Each of the grid's orderings (``Grid.orderings``) on each of its targets, for robotrl and
     for every peer that runs both algorithms, where both cells finished: the two IQMs, their
-    seeds, and whether the first is at least the second plus the margin."""
+    seeds, and whether the first is at least the second plus the margin. An ordering ``at``
+    equal wall clock compares each side's evaluations at the shorter side's mean run time
+    (``minutes``, in the entry), where both sides' curves carry their minutes."""
     out = []
     for i, order in enumerate(grid.orderings):
         runners = [""] + [f"@{p}" for p, cfg in grid.peers.items()
                           if order.algo in cfg.algos and order.over in cfg.algos]
         for target in order.targets or grid.targets:
             for runner in runners:
-                first = cells.get(f"{target}|{order.algo}{runner}")
-                second = cells.get(f"{target}|{order.over}{runner}")
-                if first is None or second is None:
+                pair = [f"{target}|{order.algo}{runner}", f"{target}|{order.over}{runner}"]
+                if any(k not in cells for k in pair):
                     continue
-                out.append({"ordering": i, "target": target, "runner": runner[1:] or ROBOTRL,
-                            "scores": (first["iqm"][0], second["iqm"][0]),
-                            "seeds": (first["seeds"], second["seeds"]),
-                            "met": bool(first["iqm"][0] >= second["iqm"][0] + order.by)})
+                entry = {"ordering": i, "target": target, "runner": runner[1:] or ROBOTRL,
+                         "scores": tuple(cells[k]["iqm"][0] for k in pair),
+                         "seeds": tuple(cells[k]["seeds"] for k in pair)}
+                if order.at == "wall_clock":
+                    found = at_minutes([[r for r in done if r["target"] == target
+                                         and contestant(r) == k.split("|")[1]] for k in pair])
+                    if found is None:
+                        continue
+                    entry.update(found)
+                a, b = entry["scores"]
+                entry["met"] = bool(a >= b + order.by)
+                out.append(entry)
     return out
+
+
+def at_minutes(sides: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """Each side's IQM over seeds of its last evaluation at or before the shorter side's mean
+    wall clock (``minutes``), and the seeds that had one; None where a record's curve has no
+    minutes or a side has no evaluation that early."""
+    if any("minutes" not in r.get("curve", {}) for rs in sides for r in rs):
+        return None
+    minutes = min(float(np.mean([r["train_seconds"] for r in rs])) / 60 for rs in sides)
+    scores = []
+    for rs in sides:
+        seeds = [[s for s, m in zip(r["curve"]["score"], r["curve"]["minutes"], strict=True)
+                  if m <= minutes] for r in rs]
+        seeds = [[s[-1]] for s in seeds if s]
+        if not seeds:
+            return None
+        scores.append(seeds)
+    return {"scores": tuple(float(stats.iqm(np.array(s))) for s in scores), "seeds": tuple(len(s) for s in scores), "minutes": minutes}
 
 
 def init_summary(grid: Grid, done: list[dict[str, Any]]) -> dict[str, Any]:
@@ -337,7 +365,8 @@ def _orderings_markdown(grid: Grid, found: list[dict[str, Any]], digits: int) ->
                 continue
             a, b = f["scores"]
             seeds = "" if min(f["seeds"]) >= full else f" (n={f['seeds'][0]}, {f['seeds'][1]})"
-            row.append(f"{a:.{digits}f} vs {b:.{digits}f}{seeds}: "
+            when = f" at {f['minutes']:.1f} min" if "minutes" in f else ""
+            row.append(f"{a:.{digits}f} vs {b:.{digits}f}{when}{seeds}: "
                        + ("**met**" if f["met"] else "**missed**"))
         lines.append(f"| {grid.orderings[i].label} | {target} | " + " | ".join(row) + " |")
     met = sum(f["met"] for f in found if f["runner"] == ROBOTRL)

@@ -73,3 +73,41 @@ def test_a_grid_without_peers_or_orderings_prints_neither(tmp_path):
                            with_figures=False, reps=200)
     assert summary["budgets"][str(BUDGET)]["orderings"] == []
     assert "Against the peer" not in text and "Orderings" not in text and "CI*" not in text
+
+
+def test_an_ordering_at_equal_wall_clock_reads_each_side_at_the_faster_ones_minutes(tmp_path):
+    """FastTD3 against SAC (issue 45's claim: the best return for the time spent): behind at
+    the final evaluations, ahead at the minute FastTD3's runs end; without minutes in the
+    curves there is nothing to grade; a bad ``at`` is named with the allowed values."""
+    import pytest
+
+    def timed(algo: str, seconds: float, minutes: list[float], scores: list[float]) -> list:
+        return [{**record("robotrl", algo, "hopper", seed, scores[-1] + seed),
+                 "train_seconds": seconds, "curve": {"steps": list(range(len(scores))),
+                                                     "score": [s + seed for s in scores],
+                                                     "minutes": minutes}}
+                for seed in range(3)]
+
+    path = tmp_path / "grid.yaml"
+    grid = {"name": "clock", "out": str(tmp_path / "b"), "algos": ["sac", "fasttd3"],
+            "tasks": ["hopper"], "seeds": [0, 1, 2], "budgets": [BUDGET],
+            "orderings": [{"algo": "fasttd3", "over": "sac", "at": "wall_clock"},
+                          {"algo": "fasttd3", "over": "sac"}]}
+    path.write_text(yaml.safe_dump(grid))
+    records = [*timed("sac", 3600.0, [10.0, 30.0, 60.0], [100.0, 500.0, 900.0]),
+               *timed("fasttd3", 600.0, [5.0, 10.0], [300.0, 600.0])]
+    text, summary = report(load_grid(path), records, with_figures=False, reps=200)
+    clock, final = summary["budgets"][str(BUDGET)]["orderings"]
+    assert clock["minutes"] == 10.0 and clock["scores"] == (601.0, 101.0) and clock["met"]
+    assert final["scores"] == (601.0, 901.0) and not final["met"]
+    assert ("| fasttd3 ≥ sac at equal wall clock | hopper | 601.0 vs 101.0 at 10.0 min: "
+            "**met** |") in text
+    for r in records:
+        del r["curve"]["minutes"]  # records from before curves carried their minutes
+    _, summary = report(load_grid(path), records, with_figures=False, reps=200)
+    assert [f["ordering"] for f in summary["budgets"][str(BUDGET)]["orderings"]] == [1]
+    grid["orderings"][0]["at"] = "steps"
+    path.write_text(yaml.safe_dump(grid))
+    with pytest.raises(ValueError, match=r"orderings\[0\].at must be one of \['final', "
+                                         r"'wall_clock'\], got 'steps'"):
+        load_grid(path)
