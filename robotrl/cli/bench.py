@@ -133,8 +133,9 @@ def _indices(value: object, count: int) -> list[int]:
     try:
         only = [int(i) for i in text.split(",") if i.strip()]
     except ValueError:
-        raise SystemExit(f"only= takes cell indices (`robotrl bench list GRID` numbers them), "
-                         f"e.g. only=3,5 or only=[3,5]; got {value!r}") from None
+        raise SystemExit(f"only= takes cell indices (`robotrl bench list GRID` numbers them) "
+                         f"or missing, e.g. only=3,5, only=[3,5] or only=missing; got {value!r}"
+                         ) from None
     if not only or any(not 0 <= i < count for i in only):
         raise SystemExit(f"only= indices must be in 0..{count - 1}, got {value!r}")
     return only
