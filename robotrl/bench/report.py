@@ -422,28 +422,44 @@ def _init_markdown(grid: Grid, init: dict[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ figures
+def figure_paths(grid: Grid, records: list[dict[str, Any]], folder: Path
+                 ) -> list[tuple[int, str, Path]]:
+    """(budget, x axis, PNG) of each figure of the report: curves against steps per budget, and
+    against wall-clock minutes too where the grid has an ordering at equal wall clock and some
+    record's curve has its minutes."""
+    timed = (any(o.at == "wall_clock" for o in grid.orderings)
+             and any("minutes" in r.get("curve", {}) for r in records))
+    axes = ["steps"] + (["minutes"] if timed else [])
+    return [(b, x, folder / f"{grid.name}-{b}-{'curves' if x == 'steps' else x}.png")
+            for b in grid.budgets for x in axes]
+
+
 def figures(grid: Grid, records: list[dict[str, Any]], folder: Path) -> list[str]:
     """Learning curves per target (every contestant's mean with a 95% interval over seeds,
     ``robotrl.bench.plot.draw_panels``, as ``robotrl plot`` draws run directories) as one PNG
-    per budget; none (with a note) when matplotlib (the ``plot`` extra) is missing."""
+    per budget and x axis (``figure_paths``; against minutes, each evaluation at the seeds'
+    mean minute); none (with a note) when matplotlib (the ``plot`` extra) is missing."""
     from robotrl.bench.plot import Line, draw_panels
 
     written = []
-    for budget in grid.budgets:
+    for budget, x, path in figure_paths(grid, records, folder):
         panels: dict[str, list[Line]] = {}
         for target in grid.targets:
             lines = panels.setdefault(target.split("/", 1)[-1], [])
             for who in contestants(grid):
                 curves = [r["curve"] for r in records if "curve" in r and r["target"] == target
-                          and contestant(r) == who and r["budget"] == budget and r["curve"]["steps"]]
+                          and contestant(r) == who and r["budget"] == budget and r["curve"]["steps"]
+                          and x in r["curve"]]
                 if curves:
                     n = min(len(c["score"]) for c in curves)
-                    lines.append(Line(who, [float(s) for s in curves[0]["steps"][:n]],
-                                      [stats.mean_interval([c["score"][i] for c in curves])
-                                       for i in range(n)]))
-        path = folder / f"{grid.name}-{budget}-curves.png"
+                    xs = ([float(s) for s in curves[0]["steps"][:n]] if x == "steps" else
+                          [float(np.mean([c[x][i] for c in curves])) for i in range(n)])
+                    lines.append(Line(who, xs, [stats.mean_interval([c["score"][i] for c in curves])
+                                                for i in range(n)]))
+        xlabel = ("wall-clock minutes" if x == "minutes" else
+                  "gradient updates" if grid.offline else "env steps")
         try:
-            draw_panels(panels, "gradient updates" if grid.offline else "env steps", path,
+            draw_panels(panels, xlabel, path,
                         ylabel=f"{grid.metric} (mean, 95% interval over seeds)")
         except ValueError as err:  # matplotlib missing
             print(f"no figures: {err}")
@@ -476,5 +492,5 @@ def report(grid: Grid, records: list[dict[str, Any]], with_figures: bool = True,
     folder = grid.report_path.parent / "figures"
     if with_figures:
         figures(grid, records, folder)
-    names = [str(folder / f"{grid.name}-{b}-curves.png") for b in grid.budgets]
+    names = [str(path) for _, _, path in figure_paths(grid, records, folder)]
     return markdown(grid, summary, machines(records), names), summary

@@ -5,7 +5,7 @@ peer that runs both algorithms. Records are made up here, so every verdict is kn
 import yaml
 
 from robotrl.bench.grid import load_grid
-from robotrl.bench.report import report
+from robotrl.bench.report import figure_paths, report
 
 BUDGET = 1000
 
@@ -102,10 +102,14 @@ def test_an_ordering_at_equal_wall_clock_reads_each_side_at_the_faster_ones_minu
     assert final["scores"] == (601.0, 901.0) and not final["met"]
     assert ("| fasttd3 ≥ sac at equal wall clock | hopper | 601.0 vs 101.0 at 10.0 min: "
             "**met** |") in text
+    assert "![clock-1000-minutes](figures/clock-1000-minutes.png)" in text  # and against steps
+    assert [x for _, x, _ in figure_paths(load_grid(path), records, tmp_path)] == ["steps",
+                                                                                "minutes"]
     for r in records:
         del r["curve"]["minutes"]  # records from before curves carried their minutes
-    _, summary = report(load_grid(path), records, with_figures=False, reps=200)
+    text, summary = report(load_grid(path), records, with_figures=False, reps=200)
     assert [f["ordering"] for f in summary["budgets"][str(BUDGET)]["orderings"]] == [1]
+    assert "minutes.png" not in text
     grid["orderings"][0]["at"] = "steps"
     path.write_text(yaml.safe_dump(grid))
     with pytest.raises(ValueError, match=r"orderings\[0\].at must be one of \['final', "
