@@ -103,9 +103,9 @@ class Ordering:
     """The tasks or datasets it is expected on ([]: every one; not ``on``, which YAML reads as
     true)."""
     at: str = "final"
-    """final: the final evaluations; wall_clock: each side's evaluations at the same minute of
-    training, the shorter of the two runs' mean wall clock (a faster algorithm's claim: the
-    best return for the time spent, whatever the steps)."""
+    """final: the final evaluations; wall_clock: each side's last evaluations by the minute the
+    faster side's runs end (the last evaluation of its slowest seed): a faster algorithm's
+    claim, the best return for the time spent, whatever the steps."""
 
     @property
     def label(self) -> str:

@@ -142,8 +142,8 @@ def orderings(grid: Grid, cells: dict[str, Any], done: list[dict[str, Any]]
     """Each of the grid's orderings (``Grid.orderings``) on each of its targets, for robotrl and
     for every peer that runs both algorithms, where both cells finished: the two IQMs, their
     seeds, and whether the first is at least the second plus the margin. An ordering ``at``
-    equal wall clock compares each side's evaluations at the shorter side's mean run time
-    (``minutes``, in the entry), where both sides' curves carry their minutes."""
+    equal wall clock compares each side's evaluations at the faster side's end (``at_minutes``;
+    ``minutes`` in the entry), where both sides' curves carry their minutes."""
     out = []
     for i, order in enumerate(grid.orderings):
         runners = [""] + [f"@{p}" for p, cfg in grid.peers.items()
@@ -169,12 +169,14 @@ def orderings(grid: Grid, cells: dict[str, Any], done: list[dict[str, Any]]
 
 
 def at_minutes(sides: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
-    """Each side's IQM over seeds of its last evaluation at or before the shorter side's mean
-    wall clock (``minutes``), and the seeds that had one; None where a record's curve has no
-    minutes or a side has no evaluation that early."""
-    if any("minutes" not in r.get("curve", {}) for rs in sides for r in rs):
+    """Each side's IQM over seeds of its last evaluation at or before ``minutes``, the minute
+    the faster side's slowest seed evaluated for the last time (so that side is read at its
+    final evaluations), and the seeds that had one; None where a record's curve has no minutes
+    or a side has no evaluation that early."""
+    if any("minutes" not in r.get("curve", {}) or not r["curve"]["minutes"]
+           for rs in sides for r in rs):
         return None
-    minutes = min(float(np.mean([r["train_seconds"] for r in rs])) / 60 for rs in sides)
+    minutes = min(max(r["curve"]["minutes"][-1] for r in rs) for rs in sides)
     scores = []
     for rs in sides:
         seeds = [[s for s, m in zip(r["curve"]["score"], r["curve"]["minutes"], strict=True)
