@@ -289,7 +289,7 @@ def test_ope_command(pendulum, tmp_path):
     ({"orderings": [{"algo": "td3bc", "over": "bc", "by": 10, "targets": ["walker2d"]}]},
      "orderings\\[0\\].targets names \\['walker2d'\\], not among the grid's targets"),
     ({"orderings": [{"algo": "td3bc", "over": "bc", "on": ["x"]}]},
-     "unknown config key.*'on'.*allowed keys: \\['algo', 'over', 'by', 'targets'\\]"),
+     "unknown config key.*'on'.*allowed keys: \\['algo', 'over', 'by', 'targets', 'at'\\]"),
 ])
 def test_bad_grid_is_named(bad, message, tmp_path, pendulum):
     path = write_grid(tmp_path, pendulum, **bad)
