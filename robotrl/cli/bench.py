@@ -153,7 +153,7 @@ def _list(grid: Any) -> None:
     left to run with the minutes it should take, from the wall clock of the finished runs."""
     from collections import Counter
 
-    from robotrl.bench.harness import estimate, plan
+    from robotrl.bench.harness import PLAN_STATES, estimate, plan
     from robotrl.logging import console
 
     entries = plan(grid)
@@ -176,8 +176,7 @@ def _list(grid: Any) -> None:
     left = [i for i, e in enumerate(entries) if e["state"] not in ("done", "committed")]
     hours = sum(minutes[i][0] for i in left if i in minutes) / 60
     unknown = sum(i not in minutes for i in left)
-    said = ", ".join(f"{counts[s]} {s}" for s in ("done", "committed", "started", "stale", "todo")
-                     if counts[s])
+    said = ", ".join(f"{counts[s]} {s}" for s in PLAN_STATES if counts[s])
     console.print(f"{len(entries)} cells: {said}." + (
         f" Left to run (only=missing): {len(left)} cells, about {hours:.1f} run-hours from the "
         "mean wall clock of this grid's finished runs of the same algorithm and task"
