@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -592,6 +593,12 @@ def record_key(record: dict[str, Any]) -> tuple[Any, ...]:
             record["budget"])
 
 
+def saved_records(grid: Grid) -> list[dict[str, Any]]:
+    """The records in the grid's results file ([] before it exists)."""
+    path = grid.results_path
+    return json.loads(path.read_text()).get("records", []) if path.is_file() else []
+
+
 def committed_records(grid: Grid, warn: Callable[[str], None] | None = None
                       ) -> list[dict[str, Any]]:
     """One record per cell from the grid's results file alone (runs finished on this machine
@@ -600,9 +607,7 @@ def committed_records(grid: Grid, warn: Callable[[str], None] | None = None
     run", or the results file's reason); a record of a config the grid no longer composes is
     kept, and ``warn`` is told (a changed default must not turn every committed table red
     before its cells can be rerun)."""
-    path = grid.results_path
-    saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
-    by_key = {record_key(r): r for r in saved}
+    by_key = {record_key(r): r for r in saved_records(grid)}
     records = []
     for cell in grid.cells():
         key = record_key(vars(cell))
@@ -617,7 +622,9 @@ def committed_records(grid: Grid, warn: Callable[[str], None] | None = None
 
 
 PLAN_STATES = ("done", "committed", "started", "stale", "todo")
-"""A cell's state in ``plan``; the last three are what ``only=missing`` runs."""
+"""A cell's state in ``plan``."""
+TO_RUN = PLAN_STATES[2:]
+"""The states of the cells left to run (what ``only=missing`` runs)."""
 
 
 def plan(grid: Grid) -> list[dict[str, Any]]:
@@ -626,27 +633,30 @@ def plan(grid: Grid) -> list[dict[str, Any]]:
     the config and dataset the cell has today), ``started`` (a run here that has not finished:
     ``bench run`` resumes it), ``stale`` (a run here of another config or dataset), ``todo``.
     Each entry: ``cell``, ``state``, ``machine`` (of a finished cell), ``seconds`` (a finished
-    cell's wall clock) and ``left`` (a started cell's fraction of its budget still to run)."""
-    path = grid.results_path
-    saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
-    committed = {record_key(r): r for r in saved if "final" in r}
+    cell's wall clock, where recorded and finite) and ``left`` (a started cell's fraction of its
+    budget still to run)."""
+    committed = {record_key(r): r for r in saved_records(grid) if "final" in r}
     entries = []
     for cell in grid.cells():
         entry: dict[str, Any] = {"cell": cell, "state": "todo"}
         done, diff = status(grid, cell)
         record = committed.get(record_key(vars(cell)))
         run = grid.run_dir(cell)
+        found = done
         if done is not None:
-            entry.update(state="done", machine=done.get("machine", ""),
-                         seconds=done.get("train_seconds"))
+            entry["state"] = "done"
         elif diff:
             entry["state"] = "stale"
         elif (record is not None and current(grid, cell, record)
               and not other_recording(grid, cell.target, record.get("data"))):
-            entry.update(state="committed", machine=record.get("machine", ""),
-                         seconds=record.get("train_seconds"))
+            entry["state"], found = "committed", record
         elif (run / "config.yaml").is_file():
             entry.update(state="started", left=_left(run, cell.budget))
+        if found is not None:
+            entry["machine"] = found.get("machine", "")
+            seconds = found.get("train_seconds")
+            if isinstance(seconds, (int, float)) and math.isfinite(seconds):
+                entry["seconds"] = float(seconds)
         entries.append(entry)
     return entries
 
@@ -672,13 +682,12 @@ def estimate(entries: list[dict[str, Any]]) -> dict[int, tuple[float, bool]]:
 
     seconds: dict[tuple[Any, ...], list[float]] = {}
     for e in entries:
-        s = e.get("seconds")
-        if e["state"] in ("done", "committed") and isinstance(s, (int, float)) and s == s:
+        if "seconds" in e:
             for task in (True, False):
-                seconds.setdefault(key(e["cell"], task), []).append(float(s))
+                seconds.setdefault(key(e["cell"], task), []).append(e["seconds"])
     out = {}
     for i, e in enumerate(entries):
-        if e["state"] in ("done", "committed"):
+        if e["state"] not in TO_RUN:
             continue
         for task in (True, False):
             if key(e["cell"], task) in seconds:

@@ -179,13 +179,14 @@ def at_minutes(sides: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
     minutes = min(max(r["curve"]["minutes"][-1] for r in rs) for rs in sides)
     scores = []
     for rs in sides:
-        seeds = [[s for s, m in zip(r["curve"]["score"], r["curve"]["minutes"], strict=True)
-                  if m <= minutes] for r in rs]
-        seeds = [[s[-1]] for s in seeds if s]
-        if not seeds:
+        by_then = [[s for s, m in zip(r["curve"]["score"], r["curve"]["minutes"], strict=True)
+                    if m <= minutes] for r in rs]
+        last = [[seen[-1]] for seen in by_then if seen]  # [seeds, 1 target]
+        if not last:
             return None
-        scores.append(seeds)
-    return {"scores": tuple(float(stats.iqm(np.array(s))) for s in scores), "seeds": tuple(len(s) for s in scores), "minutes": minutes}
+        scores.append(last)
+    return {"scores": tuple(float(stats.iqm(np.array(s))) for s in scores),
+            "seeds": tuple(len(s) for s in scores), "minutes": minutes}
 
 
 def init_summary(grid: Grid, done: list[dict[str, Any]]) -> dict[str, Any]:

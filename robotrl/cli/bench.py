@@ -16,7 +16,6 @@ and exits 1 when the committed report differs from what the committed results gi
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -63,6 +62,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
         current,
         other_recording,
         record_key,
+        saved_records,
         under_way,
     )
     from robotrl.logging import console
@@ -72,8 +72,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
             console.print(f"[yellow]warning: {text}[/yellow]")
 
         return committed_records(grid, warn), []
-    path = grid.results_path
-    saved = json.loads(path.read_text()).get("records", []) if path.is_file() else []
+    saved = saved_records(grid)
     done = {record_key(r): r for r in saved if "final" in r}
     started = {record_key(r): r for r in saved if under_way(r)}
     cells = {record_key(vars(c)): c for c in grid.cells()}
@@ -143,9 +142,9 @@ def _indices(value: object, count: int) -> list[int]:
 
 def _missing(grid: Any) -> list[int]:
     """``only=missing``: the cells neither finished here nor committed from another machine."""
-    from robotrl.bench.harness import plan
+    from robotrl.bench.harness import TO_RUN, plan
 
-    return [i for i, e in enumerate(plan(grid)) if e["state"] not in ("done", "committed")]
+    return [i for i, e in enumerate(plan(grid)) if e["state"] in TO_RUN]
 
 
 def _list(grid: Any) -> None:
@@ -153,16 +152,16 @@ def _list(grid: Any) -> None:
     left to run with the minutes it should take, from the wall clock of the finished runs."""
     from collections import Counter
 
-    from robotrl.bench.harness import PLAN_STATES, estimate, plan
+    from robotrl.bench.harness import PLAN_STATES, TO_RUN, estimate, plan
     from robotrl.logging import console
 
     entries = plan(grid)
     minutes = estimate(entries)
     for i, e in enumerate(entries):
-        cell, state, seconds = e["cell"], e["state"], e.get("seconds")
+        cell, state = e["cell"], e["state"]
         notes = []
-        if isinstance(seconds, (int, float)) and seconds == seconds:  # not NaN
-            notes.append(f"{seconds / 60:.0f} min")
+        if "seconds" in e:
+            notes.append(f"{e['seconds'] / 60:.0f} min")
         if e.get("machine"):
             notes.append(f"on {e['machine']}")
         if state == "started":
@@ -173,7 +172,7 @@ def _list(grid: Any) -> None:
         console.print(f"{i:4d} {state:9s} {cell.label} -> {grid.run_dir(cell)}"
                       + (f" ({', '.join(notes)})" if notes else ""), highlight=False, soft_wrap=True)
     counts = Counter(e["state"] for e in entries)
-    left = [i for i, e in enumerate(entries) if e["state"] not in ("done", "committed")]
+    left = [i for i, e in enumerate(entries) if e["state"] in TO_RUN]
     hours = sum(minutes[i][0] for i in left if i in minutes) / 60
     unknown = sum(i not in minutes for i in left)
     said = ", ".join(f"{counts[s]} {s}" for s in PLAN_STATES if counts[s])
