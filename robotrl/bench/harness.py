@@ -52,6 +52,8 @@ DATA_FILE = "data.json"
 """An offline cell's dataset digest (``Dataset.digest``), written when the cell starts."""
 STARTED = "started: "
 """How the missing reason of a cell that started and has not finished begins (``progress``)."""
+RESUMES = " (`robotrl bench run` resumes it)"
+"""How ``progress`` ends for a run whose checkpoint is on this machine."""
 
 
 class LoadSampler:
@@ -560,13 +562,23 @@ def progress(run: Path, budget: int, metric: str) -> str | None:
         last = (f"; {metric} {evals[-1][metric]:.1f} at its evaluation at {evals[-1]['step']:,}"
                 if evals else "")
         return (f"{STARTED}{int(ckpt['global_step']):,} of {budget:,} steps at its last checkpoint"
-                f"{last} (`robotrl bench run` resumes it)")
+                f"{last}{RESUMES}")
     series = found.scalars().get(f"eval/{metric}", [])
     if series:
         step, value = series[-1]
         return (f"{STARTED}evaluated up to {step:,} of {budget:,} steps ({metric} {value:.1f} "
                 "there); no checkpoint here to resume from")
     return f"{STARTED}no checkpoint or evaluation yet"
+
+
+def started_elsewhere(record: dict[str, Any]) -> dict[str, Any]:
+    """A results file's record of a cell started on another machine, as a machine without its
+    run reports it: the checkpoint ``progress`` said ``bench run`` resumes from is not here."""
+    text = record["missing"]
+    if text.endswith(RESUMES):
+        text = (text[:-len(RESUMES)] + " on another machine (its checkpoint is not here: "
+                "`robotrl bench run` starts it over)")
+    return {**record, "missing": text}
 
 
 def under_way(record: dict[str, Any]) -> bool:

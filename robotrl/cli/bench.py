@@ -63,6 +63,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
         other_recording,
         record_key,
         saved_records,
+        started_elsewhere,
         under_way,
     )
     from robotrl.logging import console
@@ -84,7 +85,8 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
         how far the results file says it got elsewhere."""
         old = done.get(record_key(r))
         if old is None:
-            return started.get(record_key(r), r) if r["missing"] == "not run" else r
+            elsewhere = started.get(record_key(r)) if r["missing"] == "not run" else None
+            return r if elsewhere is None else started_elsewhere(elsewhere)
         cell = cells[record_key(r)]
         if not current(grid, cell, old):
             why = "a config the grid no longer composes (a tuned file or a default changed)"

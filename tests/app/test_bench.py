@@ -544,3 +544,14 @@ def test_list_says_what_is_left_and_only_missing_runs_just_that(pendulum, tmp_pa
     monkeypatch.setattr("robotrl.bench.harness.launch", lambda *args: ran.append(args[5]) or 0.0)
     bench_main(["run", str(path), "only=missing", "figures=false"])
     assert ran == [[1, 2]]
+    # the report commits how far the cut run got; on a machine without that run, it no longer
+    # says `bench run` resumes it (there it starts over)
+    bench_main(["report", str(path), "figures=false"])
+    assert "at 100 (`robotrl bench run` resumes it)" in grid.report_path.read_text()
+    shutil.move(grid.run_dir(grid.cells()[1]), tmp_path / "elsewhere-1")
+    for _ in range(2):  # and says so once, however often the report is written
+        bench_main(["report", str(path), "figures=false"])
+        text = " ".join(grid.report_path.read_text().split())
+        assert re.search(r"s1: started: 100 of 200 steps at its last checkpoint; normalized_score "
+                         r"100.0 at its evaluation at 100 on another machine \(its checkpoint is "
+                         r"not here: `robotrl bench run` starts it over\)", text), text
