@@ -1,37 +1,50 @@
 #!/usr/bin/env bash
-# Offline datasets recorded with `robotrl dataset collect` from PPO policies: the experts are the
-# zoo's seed-0 PPO runs at 1M steps (`robotrl bench run benchmarks/grids/zoo.yaml seeds=[0]
-# algos=[ppo]` writes them), the "medium" policies the same recipes stopped early, at about a
-# third (hopper, walker2d) or 45% (halfcheetah) of the expert's return, as D4RL's were.
+# Offline datasets recorded with `robotrl dataset collect` from committed PPO policies
+# (benchmarks/policies/, data-only checkpoints of a few hundred KB each):
+#   <task>_expert.pt  the zoo's PPO recipe at 1M steps, seed 0 (benchmarks/grids/zoo.yaml's cell);
+#   <task>_medium.pt  the same recipe stopped early, at about a third (hopper, walker2d) or 45%
+#                     (halfcheetah) of the expert's return, as D4RL's "medium" policies were.
+# Recording from the committed files, not from runs trained here, keeps the datasets' behaviour
+# the same on every machine: training a policy is not reproducible across CPUs (the walker2d
+# expert ends at 4160.9 on an AMD EPYC and 2843.8 on an Intel Xeon, same config and seed).
 #   MINARI_DATASETS_PATH=$PWD/datasets bash benchmarks/offline_datasets.sh         # 4 datasets
 #   MINARI_DATASETS_PATH=$PWD/datasets bash benchmarks/offline_datasets.sh suite   # 12 datasets
+#   bash benchmarks/offline_datasets.sh policies   # retrain the six policies into runs/ and
+#                                                  # copy them over benchmarks/policies/
 # The default records benchmarks/grids/offline_vs_d3rlpy.yaml's four (about 25 minutes on one
-# EPYC core); `suite` the twelve of benchmarks/grids/offline.yaml (D4RL's locomotion kinds:
-# medium, medium-replay, medium-expert, expert x hopper, halfcheetah, walker2d; 1M transitions
-# each, medium-expert half and half, medium-replay what the short run saw). Datasets and short
-# runs already written are kept.
+# core); `suite` the twelve of benchmarks/grids/offline.yaml (D4RL's locomotion kinds: medium,
+# medium-replay, medium-expert, expert x hopper, halfcheetah, walker2d; 1M transitions each,
+# medium-expert half and half, medium-replay what the medium policy's run saw, repeated from
+# the config and seed its checkpoint holds). Datasets already written are kept.
 set -euo pipefail
-: "${MINARI_DATASETS_PATH:?set MINARI_DATASETS_PATH to the datasets root}"
+cd "$(dirname "$0")/.."
 export OMP_WAIT_POLICY=PASSIVE
+POLICIES=benchmarks/policies
 one=(torch_threads=1 backend.num_threads=1 logger.progress=false eval_episodes=10)
 declare -A SHORT=([hopper]=150000 [walker2d]=307200 [halfcheetah]=102400)  # env steps
-short() {  # the task's short run: the zoo's recipe stopped early
-    [ -f "runs/datasets/$1_short/checkpoints/last.pt" ] ||
-        robotrl train algo=ppo env="$1" total_steps="${SHORT[$1]}" \
-            run_dir="runs/datasets/$1_short" "${one[@]}"
-}
+if [ "${1:-}" = policies ]; then  # the zoo's recipe (its cells' overrides), seed 0
+    mkdir -p "$POLICIES"
+    for task in hopper walker2d halfcheetah; do
+        for kind in medium expert; do
+            steps=$([ "$kind" = medium ] && echo "${SHORT[$task]}" || echo 1000000)
+            run="runs/datasets/${task}_$kind"
+            [ -f "$run/checkpoints/last.pt" ] ||
+                robotrl train algo=ppo env="$task" total_steps="$steps" run_dir="$run" "${one[@]}"
+            cp "$run/checkpoints/last.pt" "$POLICIES/${task}_$kind.pt"
+        done
+    done
+    exit 0
+fi
+: "${MINARI_DATASETS_PATH:?set MINARI_DATASETS_PATH to the datasets root}"
 collect() {  # id task kind [arguments]: skip a dataset already written
-    local id=$1 task=$2 kind=$3 expert medium
+    local id=$1 task=$2 kind=$3 medium=$POLICIES/${2}_medium.pt
     shift 3
-    expert="runs/bench/zoo/robotrl/ppo/$task/1000000/s0/checkpoints/last.pt"
-    medium="runs/datasets/${task}_short/checkpoints/last.pt"
-    [ "$kind" = expert ] && medium=$expert
+    [ "$kind" = expert ] && medium=$POLICIES/${task}_expert.pt
     [ -d "$MINARI_DATASETS_PATH/$id" ] || robotrl dataset collect id="$id" kind="$kind" \
-        progress=false checkpoint="$medium" expert="$expert" "$@"
+        progress=false checkpoint="$medium" expert="$POLICIES/${task}_expert.pt" "$@"
 }
 if [ "${1:-}" = suite ]; then
     for task in hopper halfcheetah walker2d; do
-        short "$task"
         collect "robotrl/$task/medium-v0" "$task" medium steps=1000000
         collect "robotrl/$task/medium-replay-v0" "$task" medium-replay
         collect "robotrl/$task/medium-expert-v0" "$task" medium-expert steps=1000000
@@ -39,7 +52,6 @@ if [ "${1:-}" = suite ]; then
     done
     exit 0
 fi
-for task in hopper walker2d halfcheetah; do short "$task"; done
 collect robotrl/hopper/medium-replay-v0 hopper medium-replay
 collect robotrl/walker2d/medium-v0 walker2d medium steps=1000000
 collect robotrl/halfcheetah/medium-expert-v0 halfcheetah medium-expert steps=1000000
