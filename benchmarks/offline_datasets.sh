@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Offline datasets recorded with `robotrl dataset collect` from committed PPO policies
-# (benchmarks/policies/, data-only checkpoints of a few hundred KB each):
+# (benchmarks/policies/, data-only checkpoints of 0.3-1.7 MB each):
 #   <task>_expert.pt  the zoo's PPO recipe at 1M steps, seed 0 (benchmarks/grids/zoo.yaml's cell);
 #   <task>_medium.pt  the same recipe stopped early, at about a third (hopper, walker2d) or 45%
 #                     (halfcheetah) of the expert's return, as D4RL's "medium" policies were.
@@ -37,11 +37,11 @@ if [ "${1:-}" = policies ]; then  # the zoo's recipe (its cells' overrides), see
 fi
 : "${MINARI_DATASETS_PATH:?set MINARI_DATASETS_PATH to the datasets root}"
 collect() {  # id task kind [arguments]: skip a dataset already written
-    local id=$1 task=$2 kind=$3 medium=$POLICIES/${2}_medium.pt
+    local id=$1 kind=$3 expert=$POLICIES/${2}_expert.pt acting=$POLICIES/${2}_medium.pt
     shift 3
-    [ "$kind" = expert ] && medium=$POLICIES/${task}_expert.pt
+    [ "$kind" = expert ] && acting=$expert
     [ -d "$MINARI_DATASETS_PATH/$id" ] || robotrl dataset collect id="$id" kind="$kind" \
-        progress=false checkpoint="$medium" expert="$POLICIES/${task}_expert.pt" "$@"
+        progress=false checkpoint="$acting" expert="$expert" "$@"
 }
 if [ "${1:-}" = suite ]; then
     for task in hopper halfcheetah walker2d; do
