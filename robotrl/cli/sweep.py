@@ -5,8 +5,8 @@ directory, final and best evaluation); at the end of the sweep ``SweepTable`` (a
 callback, on in ``configs/train.yaml``) prints them as one table, best first, and writes
 ``<sweep dir>/results.md`` and ``results.json``. Jobs run through whatever launcher
 ``hydra/launcher=`` names (``configs/hydra/launcher/``: ``local`` parallel processes, ``slurm``,
-``ray``) and the sweeper ``hydra/sweeper=`` names (``optuna_ppo`` / ``optuna_sac``: Optuna's
-TPE maximizing ``objective``).
+``ray``) and the sweeper ``hydra/sweeper=`` names (``optuna_ppo`` / ``optuna_sac`` /
+``optuna_trpo``: Optuna's TPE maximizing ``objective``).
 """
 
 from __future__ import annotations
