@@ -225,12 +225,11 @@ def test_joblib_multirun_runs_jobs_in_parallel_processes_and_tables_them(tmp_pat
 
 
 @pytest.mark.slow  # Hydra's Optuna sweeper plugin (~6 s); the default run keeps multirun (above)
-@pytest.mark.parametrize(("preset", "algo", "key"), [("optuna_ppo", "ppo", "algo.learning_rate"),
-                                                     ("optuna_trpo", "trpo", "algo.max_kl")])
-def test_optuna_sweep_of_two_trials(tmp_path: Path, preset: str, algo: str, key: str) -> None:
+@pytest.mark.parametrize(("algo", "key"), [("ppo", "algo.learning_rate"), ("trpo", "algo.max_kl")])
+def test_optuna_sweep_of_two_trials(tmp_path: Path, algo: str, key: str) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="needs the tune extra")
-    proc = _multirun(tmp_path, f"algo={algo}", f"hydra/sweeper={preset}", "hydra.sweeper.n_trials=2",
-                     f"run_dir={tmp_path}/t${{hydra:job.num}}")
+    proc = _multirun(tmp_path, f"algo={algo}", f"hydra/sweeper=optuna_{algo}",
+                     "hydra.sweeper.n_trials=2", f"run_dir={tmp_path}/t${{hydra:job.num}}")
     assert proc.returncode == 0, proc.stderr
     best = (tmp_path / "sweep" / "optimization_results.yaml").read_text()
     assert "best_params" in best and key in best
