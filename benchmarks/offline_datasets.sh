@@ -4,9 +4,12 @@
 #   <task>_expert.pt  the zoo's PPO recipe at 1M steps, seed 0 (benchmarks/grids/zoo.yaml's cell);
 #   <task>_medium.pt  the same recipe stopped early, at about a third (hopper, walker2d) or 45%
 #                     (halfcheetah) of the expert's return, as D4RL's "medium" policies were.
-# Recording from the committed files, not from runs trained here, keeps the datasets' behaviour
+# Recording from the committed files, not from runs trained here, keeps the behaviour policies
 # the same on every machine: training a policy is not reproducible across CPUs (the walker2d
 # expert ends at 4160.9 on an AMD EPYC and 2843.8 on an Intel Xeon, same config and seed).
+# The rows still depend on the CPU: MKL multiplies the policy's float32 matrices with other
+# kernels on AMD than on Intel, and the last-bit differences grow through the simulation. Two
+# Intel Xeons record the same digests; an AMD EPYC records others (benchmarks/README.md).
 #   MINARI_DATASETS_PATH=$PWD/datasets bash benchmarks/offline_datasets.sh         # 4 datasets
 #   MINARI_DATASETS_PATH=$PWD/datasets bash benchmarks/offline_datasets.sh suite   # 12 datasets
 #   bash benchmarks/offline_datasets.sh policies   # retrain the six policies into runs/ and

@@ -643,27 +643,34 @@ def plan(grid: Grid) -> list[dict[str, Any]]:
     """Each cell's state, for deciding what to run next (``robotrl bench list``): ``done``
     (finished here), ``committed`` (finished on another machine: a record in the results file of
     the config and dataset the cell has today), ``started`` (a run here that has not finished:
-    ``bench run`` resumes it), ``stale`` (a run here of another config or dataset), ``todo``.
+    ``bench run`` resumes it), ``stale`` (a run here of another config or dataset, or a record in
+    the results file of another recording of the dataset than the one on disk), ``todo``.
     Each entry: ``cell``, ``state``, ``machine`` (of a finished cell), ``seconds`` (a finished
-    cell's wall clock, where recorded and finite) and ``left`` (a started cell's fraction of its
-    budget still to run)."""
+    cell's wall clock, where recorded and finite), ``left`` (a started cell's fraction of its
+    budget still to run) and ``recording`` (the results file's and the disk's dataset digests,
+    where they differ)."""
     committed = {record_key(r): r for r in saved_records(grid) if "final" in r}
     entries = []
     for cell in grid.cells():
         entry: dict[str, Any] = {"cell": cell, "state": "todo"}
         done, diff = status(grid, cell)
         record = committed.get(record_key(vars(cell)))
+        if record is not None and not current(grid, cell, record):
+            record = None
+        other = other_recording(grid, cell.target, record.get("data")) if record else None
         run = grid.run_dir(cell)
         found = done
         if done is not None:
             entry["state"] = "done"
         elif diff:
             entry["state"] = "stale"
-        elif (record is not None and current(grid, cell, record)
-              and not other_recording(grid, cell.target, record.get("data"))):
+        elif record is not None and other is None:
             entry["state"], found = "committed", record
         elif (run / "config.yaml").is_file():
             entry.update(state="started", left=_left(run, cell.budget))
+        elif record is not None:  # its time still says what a run of it costs
+            entry.update(state="stale", recording=(record["data"], other))
+            found = record
         if found is not None:
             entry["machine"] = found.get("machine", "")
             seconds = found.get("train_seconds")

@@ -168,6 +168,9 @@ def _list(grid: Any) -> None:
             notes.append(f"on {e['machine']}")
         if state == "started":
             notes.append(f"{e['left']:.0%} left")
+        if "recording" in e:
+            notes.append("committed on another recording of its dataset: digest {} in the "
+                         "results, {} on disk".format(*e["recording"]))
         if i in minutes:
             notes.append(f"about {minutes[i][0]:.0f} min to run"
                          + ("" if minutes[i][1] else " as on its other tasks"))
@@ -183,6 +186,13 @@ def _list(grid: Any) -> None:
         "mean wall clock of this grid's finished runs of the same algorithm and task"
         + (f"; {unknown} with no finished run of their algorithm to go by" if unknown else "")
         + "." if left else ""), highlight=False, soft_wrap=True)
+    if others := sum("recording" in e for e in entries):
+        console.print(f"{others} {'cells are' if others > 1 else 'cell is'} committed on "
+                      f"another recording of {'their' if others > 1 else 'its'} dataset than the "
+                      "one on disk: a recording depends on the "
+                      "CPU it was made on (benchmarks/README.md, Offline against d3rlpy). Running "
+                      "them here starts their rows over on this recording; the report flags rows "
+                      "that mix two.", highlight=False, soft_wrap=True)
 
 
 def bench_main(argv: list[str]) -> None:

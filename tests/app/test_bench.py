@@ -171,6 +171,11 @@ def test_a_dataset_recorded_again_is_not_passed_off_as_the_cells(pendulum, tmp_p
     # nor is the results file's record of the old recording (a clone with the new data only)
     shutil.move(grid.run_dir(cell), tmp_path / "elsewhere")
     grid.results_path.write_text(committed)
+    capsys.readouterr()
+    bench_main(["list", str(path)])  # stale, not a plain todo: the list says whose recording
+    said = "".join(capsys.readouterr())
+    assert " stale " in said and f"digest {before} in the results, {after} on disk" in said
+    assert "1 cell is committed on another recording of its dataset" in said
     bench_main(["report", str(path), "figures=false"])
     assert "s0: stale: the results file's record is of another recording of the dataset" in (
         grid.report_path.read_text())
