@@ -189,10 +189,10 @@ def _list(grid: Any) -> None:
     if others := sum("recording" in e for e in entries):
         console.print(f"{others} {'cells are' if others > 1 else 'cell is'} committed on "
                       f"another recording of {'their' if others > 1 else 'its'} dataset than the "
-                      "one on disk: a recording depends on the "
-                      "CPU it was made on (benchmarks/README.md, Offline against d3rlpy). Running "
-                      "them here starts their rows over on this recording; the report flags rows "
-                      "that mix two.", highlight=False, soft_wrap=True)
+                      "one on disk: a recording depends on the CPU it was made on "
+                      "(benchmarks/README.md, Offline against d3rlpy). Running them here starts "
+                      "their rows over on this recording; the report flags rows that mix two.",
+                      highlight=False, soft_wrap=True)
 
 
 def bench_main(argv: list[str]) -> None:
