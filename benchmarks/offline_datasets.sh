@@ -8,8 +8,11 @@
 # the same on every machine: training a policy is not reproducible across CPUs (the walker2d
 # expert ends at 4160.9 on an AMD EPYC and 2843.8 on an Intel Xeon, same config and seed).
 # The rows still depend on the CPU: MKL multiplies the policy's float32 matrices with other
-# kernels on AMD than on Intel, and the last-bit differences grow through the simulation. Two
-# Intel Xeons record the same digests; an AMD EPYC records others (benchmarks/README.md).
+# kernels on AMD than on Intel, and the last-bit differences grow through the simulation. On an
+# AMD CPU with AVX-512 this script preloads benchmarks/mkl_intel_path.c (built with $CC or cc),
+# which makes MKL take its Intel kernels: two Intel Xeons and a Zen 5 EPYC so record the same
+# digests, except hopper medium-replay's (it replays a training run, and that replay still
+# differs). An AMD CPU without AVX-512 records others (benchmarks/README.md).
 #   MINARI_DATASETS_PATH=$PWD/datasets bash benchmarks/offline_datasets.sh         # 4 datasets
 #   MINARI_DATASETS_PATH=$PWD/datasets bash benchmarks/offline_datasets.sh suite   # 12 datasets
 #   bash benchmarks/offline_datasets.sh policies   # retrain the six policies into runs/ and
@@ -39,6 +42,17 @@ if [ "${1:-}" = policies ]; then  # the zoo's recipe (its cells' overrides), see
     exit 0
 fi
 : "${MINARI_DATASETS_PATH:?set MINARI_DATASETS_PATH to the datasets root}"
+if grep -q AuthenticAMD /proc/cpuinfo 2>/dev/null; then
+    if ! grep -qw avx512f /proc/cpuinfo; then
+        echo "note: an AMD CPU without AVX-512 records other digests than the committed cells'" >&2
+    elif shim=$(mktemp -d)/libmkl_intel_path.so &&
+            "${CC:-cc}" -shared -fPIC -O2 -o "$shim" benchmarks/mkl_intel_path.c; then
+        export LD_PRELOAD="$shim${LD_PRELOAD:+:$LD_PRELOAD}"
+    else
+        echo "note: no C compiler (set CC): MKL keeps its AMD kernels on this CPU, so the" \
+             "datasets get other digests than the committed cells'" >&2
+    fi
+fi
 collect() {  # id task kind [arguments]: skip a dataset already written
     local id=$1 kind=$3 expert=$POLICIES/${2}_expert.pt acting=$POLICIES/${2}_medium.pt
     shift 3

@@ -190,7 +190,8 @@ def _list(grid: Any) -> None:
         console.print(f"{others} {'cells are' if others > 1 else 'cell is'} committed on "
                       f"another recording of {'their' if others > 1 else 'its'} dataset than the "
                       "one on disk: a recording depends on the CPU it was made on "
-                      "(benchmarks/README.md, Offline against d3rlpy). Running them here starts "
+                      "(benchmarks/README.md, Offline against d3rlpy, says which CPUs record "
+                      "the committed digests). Running them here starts "
                       "their rows over on this recording; the report flags rows that mix two.",
                       highlight=False, soft_wrap=True)
 

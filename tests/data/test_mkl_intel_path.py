@@ -1,0 +1,63 @@
+"""benchmarks/mkl_intel_path.c, which benchmarks/offline_datasets.sh preloads on AMD CPUs with
+AVX-512 so that they record the offline datasets' committed digests: it must change MKL's
+products there (torch still links MKL and exports the symbol it answers) and nothing on Intel."""
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT = """
+import hashlib, torch
+torch.manual_seed(0); torch.set_num_threads(1)
+a, b = torch.randn(512, 256), torch.randn(256, 256)
+print(hashlib.sha1((a @ b).numpy().tobytes()).hexdigest())
+"""
+
+
+def _cpu() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def _exports_symbol() -> bool:
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        return hasattr(ctypes.CDLL(str(lib)), "mkl_serv_intel_cpu_true")
+    except OSError:
+        return False
+
+
+def _product(preload: str | None) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("LD_PRELOAD", None)
+    if preload:
+        env["LD_PRELOAD"] = preload
+    out = subprocess.run([sys.executable, "-c", PRODUCT], env=env, capture_output=True,
+                         text=True, check=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(sys.platform != "linux" or shutil.which("cc") is None,
+                    reason="needs Linux and a C compiler")
+@pytest.mark.skipif(not _exports_symbol(), reason="this torch does not export MKL's CPU check")
+def test_the_preloaded_shim_moves_an_amd_cpu_onto_mkls_intel_kernels(tmp_path):
+    cpu = _cpu()
+    amd, avx512 = "AuthenticAMD" in cpu, " avx512f" in cpu
+    if not ("GenuineIntel" in cpu or (amd and avx512)):
+        pytest.skip("MKL's Intel AVX-512 kernels do not run on this CPU")
+    shim = tmp_path / "libmkl_intel_path.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
+                    str(ROOT / "benchmarks" / "mkl_intel_path.c")], check=True)
+    plain, spoofed = _product(None), _product(str(shim))
+    if amd:
+        assert spoofed != plain, "MKL kept its AMD kernels with the shim preloaded"
+    else:
+        assert spoofed == plain, "the shim changed MKL's products on an Intel CPU"
