@@ -5,7 +5,10 @@
 
 Torch sends float32 CPU products to MKL, which runs its AVX2 kernels on AMD CPUs even where
 they have AVX-512; oneDNN, in the same wheel, does not. That pays only where AVX-512 runs at
-full width (Zen 5); on Zen 4 both reach the same peak (``robotrl.nn.linear``). Two
+full width (Zen 5); on Zen 4 both reach the same peak (``robotrl.nn.linear``). Preloaded,
+``benchmarks/mkl_intel_path.c`` makes MKL run its Intel (AVX-512) kernels on AMD too, and the
+default is then BLAS: ``LD_PRELOAD=.../libmkl_intel_path.so python benchmarks/cpu_linear.py``
+measures that case (``cc -shared -fPIC -o libmkl_intel_path.so benchmarks/mkl_intel_path.c``). Two
 measurements, both choices in one process, interleaved, median of ``--repeats`` rounds
 (``ROBOTRL_CPU_LINEAR`` switched between rounds):
 
@@ -185,9 +188,11 @@ def main() -> None:
         raise SystemExit("this torch build has no working oneDNN linear "
                          "(torch.ops.mkldnn._linear_pointwise): nothing to compare")
     vendor, family, _ = lin._cpu_info()
+    chosen, mkl_intel = lin.onednn_enabled(), lin.mkl_intel_path()
+    fast, slow = ("onednn", "blas") if chosen else ("blas", "onednn")  # the default, the other
     console.print(banner("float32 CPU products: BLAS vs oneDNN", f"{args.threads} thread(s)",
-                         f"oneDNN chosen by default here: {lin.onednn_enabled()} "
-                         f"({vendor}, family {family})"))
+                         f"oneDNN chosen by default here: {chosen} ({vendor}, family {family}; "
+                         f"MKL on its Intel kernels: {mkl_intel})"))
     prod = products(args.repeats)
     table = Table(title="GFLOP/s per product (median)")
     table.add_column("B x in x out", no_wrap=True)
@@ -201,10 +206,14 @@ def main() -> None:
             "blas weight grad", "onednn weight grad", "numpy forward")))
     console.print(table)
     payload: dict[str, Any] = {"meta": {**machine_meta(), "threads": args.threads,
-                                        "vendor": vendor, "family": family}, "products": prod}
-    checks = [check(f"oneDNN forward >= BLAS at {r['batch']}x{r['in']}x{r['out']}",
-                    round(r["gflops"]["onednn forward"] / r["gflops"]["blas forward"], 2),
-                    r["gflops"]["onednn forward"] >= r["gflops"]["blas forward"])
+                                        "vendor": vendor, "family": family,
+                                        "mkl_intel_path": mkl_intel, "onednn_default": chosen},
+                               "products": prod}
+    name = {"onednn": "oneDNN", "blas": "BLAS"}
+    checks = [check(f"{name[fast]} (the default here) forward >= {name[slow]} at "
+                    f"{r['batch']}x{r['in']}x{r['out']}",
+                    round(r["gflops"][f"{fast} forward"] / r["gflops"][f"{slow} forward"], 2),
+                    r["gflops"][f"{fast} forward"] >= r["gflops"][f"{slow} forward"])
               for r in prod]
     if not args.skip_updates:
         rows = updates(args.repeats)
@@ -216,8 +225,9 @@ def main() -> None:
                           f"{r['speedup']:.2f}x")
         console.print(table)
         payload["updates"] = rows
-        checks += [check(f"{r['workload']}: oneDNN not slower", round(r["speedup"], 2),
-                         r["speedup"] >= 1.0) for r in rows]
+        gains = [r["speedup"] if chosen else 1 / r["speedup"] for r in rows]
+        checks += [check(f"{r['workload']}: {name[fast]} (the default here) not slower",
+                         round(g, 2), g >= 1.0) for r, g in zip(rows, gains, strict=True)]
     payload["checks"] = checks
     print_checks(console, checks, lambda c: f" ({c['value']}x)")
     write_json(args.out, payload, console)

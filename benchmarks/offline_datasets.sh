@@ -10,9 +10,10 @@
 # The rows still depend on the CPU: MKL multiplies the policy's float32 matrices with other
 # kernels on AMD than on Intel, and the last-bit differences grow through the simulation. On an
 # AMD CPU with AVX-512 this script preloads benchmarks/mkl_intel_path.c (built with $CC or cc),
-# which makes MKL take its Intel kernels: two Intel Xeons and a Zen 5 EPYC so record the same
-# digests, except hopper medium-replay's (it replays a training run, and that replay still
-# differs). An AMD CPU without AVX-512 records others (benchmarks/README.md).
+# which makes MKL take its Intel kernels, and sets ROBOTRL_CPU_LINEAR=blas (robotrl.nn.linear
+# would otherwise train hopper medium-replay's replayed PPO run with oneDNN's products on Zen 5):
+# two Intel Xeons and a Zen 5 EPYC so record the same four digests. An AMD CPU without AVX-512
+# records others (benchmarks/README.md).
 #   MINARI_DATASETS_PATH=$PWD/datasets bash benchmarks/offline_datasets.sh         # 4 datasets
 #   MINARI_DATASETS_PATH=$PWD/datasets bash benchmarks/offline_datasets.sh suite   # 12 datasets
 #   bash benchmarks/offline_datasets.sh policies   # retrain the six policies into runs/ and
@@ -42,6 +43,7 @@ if [ "${1:-}" = policies ]; then  # the zoo's recipe (its cells' overrides), see
     exit 0
 fi
 : "${MINARI_DATASETS_PATH:?set MINARI_DATASETS_PATH to the datasets root}"
+export ROBOTRL_CPU_LINEAR=blas  # MKL's products, as the committed recordings were made with
 if grep -q AuthenticAMD /proc/cpuinfo 2>/dev/null; then
     if ! grep -qw avx512f /proc/cpuinfo; then
         echo "note: an AMD CPU without AVX-512 records other digests than the committed cells'" >&2

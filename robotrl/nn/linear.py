@@ -20,12 +20,20 @@ network's first layer): their weight gradient is computed in the orientation MKL
 (``_skinny_input``). On GPUs, under autocast and while ``torch.export`` or ``torch.jit`` traces
 (exported graphs hold the standard ``linear``), it is ``torch.nn.functional.linear``.
 
+MKL's choice of kernels is a vendor check, ``mkl_serv_intel_cpu_true``, which torch's x86 wheels
+export: ``benchmarks/mkl_intel_path.c``, preloaded (``LD_PRELOAD``), answers it with yes, and
+MKL then runs its AVX-512 kernels on a Zen 5 too, rounding as on an Intel CPU. Measured on the
+2-core Zen 5 EPYC, one thread (``benchmarks/cpu_linear.py``, 2026-11-28, load ~4): whole updates
+with MKL's Intel kernels against oneDNN's, PPO minibatch 2.64 against 3.75 ms, SAC 378 against
+466, CRL 622 against 699; so ``auto`` keeps torch's BLAS where MKL says yes (``mkl_intel_path``).
+
 ``ROBOTRL_CPU_LINEAR=onednn|blas`` forces the choice (``auto``, the default: oneDNN on AMD CPUs
-of ``ONEDNN_MIN_FAMILY`` or later with AVX-512, when torch has it).
+of ``ONEDNN_MIN_FAMILY`` or later with AVX-512 whose MKL runs its AMD kernels, when torch has it).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 from pathlib import Path
@@ -82,6 +90,18 @@ def full_width_avx512(vendor: str, family: int, flags: set[str]) -> bool:
     return vendor == "AuthenticAMD" and family >= ONEDNN_MIN_FAMILY and "avx512f" in flags
 
 
+def mkl_intel_path() -> bool:
+    """Whether MKL's vendor check (``mkl_serv_intel_cpu_true``, as the process resolves it)
+    answers yes: on an Intel CPU, or on an AMD one with ``benchmarks/mkl_intel_path.c``
+    preloaded; False where no such symbol is loaded."""
+    try:
+        check = ctypes.CDLL(None).mkl_serv_intel_cpu_true
+    except (OSError, AttributeError):
+        return False
+    check.restype = ctypes.c_int
+    return bool(check())
+
+
 def _onednn_works() -> bool:
     """oneDNN's linear is in this torch build and multiplies correctly."""
     if not torch.backends.mkldnn.is_available():
@@ -103,7 +123,7 @@ def onednn_enabled() -> bool:
     if choice == "blas":
         return False
     if choice == "auto":
-        if not full_width_avx512(*_cpu_info()):
+        if not full_width_avx512(*_cpu_info()) or mkl_intel_path():
             return False
     return _onednn_works()
 

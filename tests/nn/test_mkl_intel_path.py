@@ -1,6 +1,7 @@
 """benchmarks/mkl_intel_path.c, which benchmarks/offline_datasets.sh preloads on AMD CPUs with
 AVX-512 so that they record the offline datasets' committed digests: it must change MKL's
-products there (torch still links MKL and exports the symbol it answers) and nothing on Intel."""
+products there (torch still links MKL and exports the symbol it answers) and nothing on Intel;
+and with it preloaded, ``robotrl.nn.linear`` leaves float32 products to MKL."""
 import ctypes
 import os
 import shutil
@@ -14,9 +15,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = """
 import hashlib, torch
+from robotrl.nn.linear import mkl_intel_path, onednn_enabled
 torch.manual_seed(0); torch.set_num_threads(1)
 a, b = torch.randn(512, 256), torch.randn(256, 256)
-print(hashlib.sha1((a @ b).numpy().tobytes()).hexdigest())
+print(hashlib.sha1((a @ b).numpy().tobytes()).hexdigest(), mkl_intel_path(), onednn_enabled())
 """
 
 
@@ -35,14 +37,15 @@ def _exports_symbol() -> bool:
         return False
 
 
-def _product(preload: str | None) -> str:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def _product(preload: str | None) -> list[str]:
+    """[digest of an MKL product, mkl_intel_path(), onednn_enabled()] in a new process."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ROBOTRL_CPU_LINEAR": "auto"}
     env.pop("LD_PRELOAD", None)
     if preload:
         env["LD_PRELOAD"] = preload
     out = subprocess.run([sys.executable, "-c", PRODUCT], env=env, capture_output=True,
                          text=True, check=True)
-    return out.stdout.strip()
+    return out.stdout.split()
 
 
 @pytest.mark.skipif(sys.platform != "linux" or shutil.which("cc") is None,
@@ -58,6 +61,8 @@ def test_the_preloaded_shim_moves_an_amd_cpu_onto_mkls_intel_kernels(tmp_path):
                     str(ROOT / "benchmarks" / "mkl_intel_path.c")], check=True)
     plain, spoofed = _product(None), _product(str(shim))
     if amd:
-        assert spoofed != plain, "MKL kept its AMD kernels with the shim preloaded"
+        assert spoofed[0] != plain[0], "MKL kept its AMD kernels with the shim preloaded"
+        assert plain[1] == "False"
     else:
-        assert spoofed == plain, "the shim changed MKL's products on an Intel CPU"
+        assert spoofed[0] == plain[0], "the shim changed MKL's products on an Intel CPU"
+    assert spoofed[1:] == ["True", "False"], "with MKL on its Intel kernels, products stay on MKL"
