@@ -70,18 +70,23 @@ def config_digest(cfg: TrainConfig) -> str:
 
 
 def machine(device: str = "cpu") -> str:
-    """What a run ran on, for the tables that report it: CPU model and cores, or the GPU."""
+    """What a run ran on, for the tables that report it: CPU model and cores, or the GPU; on an
+    AMD CPU whose MKL runs its Intel kernels (``benchmarks/mkl_intel_path.c`` preloaded), says
+    so: its products round, and its updates time, otherwise than the same CPU's default."""
     import platform
 
     import torch
 
-    from robotrl.nn.linear import cpu_fields
+    from robotrl.nn.linear import cpu_fields, mkl_intel_path
 
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    name = cpu_fields().get("model name") or platform.processor() or platform.machine()
-    return f"{name}, {cores} cores"
+    fields = cpu_fields()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    mkl = (", MKL's Intel kernels" if fields.get("vendor_id") == "AuthenticAMD"
+           and mkl_intel_path() else "")
+    return f"{name}, {cores} cores{mkl}"
 
 
 class Experiment:

@@ -15,10 +15,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = """
 import hashlib, torch
+from robotrl.experiment.run import machine
 from robotrl.nn.linear import mkl_intel_path, onednn_enabled
 torch.manual_seed(0); torch.set_num_threads(1)
 a, b = torch.randn(512, 256), torch.randn(256, 256)
-print(hashlib.sha1((a @ b).numpy().tobytes()).hexdigest(), mkl_intel_path(), onednn_enabled())
+print(hashlib.sha1((a @ b).numpy().tobytes()).hexdigest(), mkl_intel_path(), onednn_enabled(),
+      machine().endswith("MKL's Intel kernels"))
 """
 
 
@@ -38,7 +40,8 @@ def _exports_symbol() -> bool:
 
 
 def _product(preload: str | None) -> list[str]:
-    """[digest of an MKL product, mkl_intel_path(), onednn_enabled()] in a new process."""
+    """[digest of an MKL product, mkl_intel_path(), onednn_enabled(), whether ``machine()``
+    names MKL's Intel kernels] in a new process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ROBOTRL_CPU_LINEAR": "auto"}
     env.pop("LD_PRELOAD", None)
     if preload:
@@ -62,7 +65,9 @@ def test_the_preloaded_shim_moves_an_amd_cpu_onto_mkls_intel_kernels(tmp_path):
     plain, spoofed = _product(None), _product(str(shim))
     if amd:
         assert spoofed[0] != plain[0], "MKL kept its AMD kernels with the shim preloaded"
-        assert plain[1] == "False"
+        assert plain[1] == plain[3] == "False"
+        assert spoofed[3] == "True", "the tables must say which kernels an AMD run used"
     else:
         assert spoofed[0] == plain[0], "the shim changed MKL's products on an Intel CPU"
-    assert spoofed[1:] == ["True", "False"], "with MKL on its Intel kernels, products stay on MKL"
+        assert spoofed[3] == "False", "an Intel CPU's MKL is on its own kernels anyway"
+    assert spoofed[1:3] == ["True", "False"], "with MKL on its Intel kernels, products stay on MKL"
