@@ -56,6 +56,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch: spinning th
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]  # this file is d3rlpy.py
 
+import ctypes  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
@@ -358,22 +359,30 @@ class Evaluator:
 
 
 def machine(device: str) -> str:
-    """As ``robotrl.experiment.run.machine``: CPU model and cores, or the GPU."""
+    """As ``robotrl.experiment.run.machine``: CPU model and cores, or the GPU; on an AMD CPU
+    whose MKL runs its Intel kernels (``benchmarks/mkl_intel_path.c`` preloaded), says so."""
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    name = ""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
             if not key.strip():
                 break
-            if key.strip() == "model name":
-                name = value.strip()
-                break
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return f"{name or platform.processor() or platform.machine()}, {cores} cores"
+    mkl = ""
+    if fields.get("vendor_id") == "AuthenticAMD":
+        try:
+            check = ctypes.CDLL(None).mkl_serv_intel_cpu_true
+            check.restype = ctypes.c_int
+            mkl = ", MKL's Intel kernels" if check() else ""
+        except (OSError, AttributeError):
+            pass
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    return f"{name}, {cores} cores{mkl}"
 
 
 def write_result(run_dir: Path, result: dict[str, Any]) -> None:
