@@ -96,7 +96,7 @@ def mkl_intel_path() -> bool:
     preloaded; False where no such symbol is loaded."""
     try:
         check = ctypes.CDLL(None).mkl_serv_intel_cpu_true
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: no CDLL(None) on Windows
         return False
     check.restype = ctypes.c_int
     return bool(check())
