@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from robotrl.nn.linear import cpu_fields
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = """
 import hashlib, torch
@@ -22,13 +24,6 @@ a, b = torch.randn(512, 256), torch.randn(256, 256)
 print(hashlib.sha1((a @ b).numpy().tobytes()).hexdigest(), mkl_intel_path(), onednn_enabled(),
       machine().endswith("MKL's Intel kernels"))
 """
-
-
-def _cpu() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return ""
 
 
 def _exports_symbol() -> bool:
@@ -55,9 +50,10 @@ def _product(preload: str | None) -> list[str]:
                     reason="needs Linux and a C compiler")
 @pytest.mark.skipif(not _exports_symbol(), reason="this torch does not export MKL's CPU check")
 def test_the_preloaded_shim_moves_an_amd_cpu_onto_mkls_intel_kernels(tmp_path):
-    cpu = _cpu()
-    amd, avx512 = "AuthenticAMD" in cpu, " avx512f" in cpu
-    if not ("GenuineIntel" in cpu or (amd and avx512)):
+    cpu = cpu_fields()
+    amd = cpu.get("vendor_id") == "AuthenticAMD"
+    avx512 = "avx512f" in cpu.get("flags", "").split()
+    if not (cpu.get("vendor_id") == "GenuineIntel" or (amd and avx512)):
         pytest.skip("MKL's Intel AVX-512 kernels do not run on this CPU")
     shim = tmp_path / "libmkl_intel_path.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(shim),
