@@ -3,9 +3,11 @@ runs' evaluations use) and its sampled actions (what it trained with), on the sa
 
     python benchmarks/eval_modes.py runs/.../checkpoints/last.pt --episodes 10 --seed 0
 
-For the off-policy learners whose actor samples from a distribution (SAC, CrossQ). Each mode resets the same worlds (the ``eval-env``/``eval-reset``
-streams of ``--seed``, as ``robotrl eval seed=S``), so a gap between the two lines is the
-policy's, not the worlds'. Prints one line a mode; ``--out FILE`` writes them as JSON.
+For the off-policy learners whose actor samples from a distribution (SAC, CrossQ). Each mode
+resets the same worlds (the ``eval-env``/``eval-reset`` streams of ``--seed``, as ``robotrl eval
+seed=S``), and both feed the actor the same input as ``act_deterministic``, so a gap between the
+two lines is the policy's, not the worlds'. Prints one line a mode; ``--out FILE`` writes them
+as JSON.
 """
 
 from __future__ import annotations
