@@ -18,9 +18,8 @@ import torch
 from common import machine_meta, write_json
 from rich.console import Console
 
-from robotrl.experiment.build import build_algo, build_env, load_run
+from robotrl.experiment.build import load_trained
 from robotrl.runners.evaluation import run_episodes, summarize_episodes
-from robotrl.seeding import derive_seed
 from robotrl.types import policy_obs
 
 
@@ -32,9 +31,8 @@ def main() -> None:
     parser.add_argument("--out")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    cfg, ckpt = load_run(args.checkpoint, "cpu")
-    env = build_env(cfg, args.episodes, derive_seed(args.seed, "eval-env"), train=False)
-    alg = build_algo(cfg, env.spec, ckpt["algo"])
+    run = load_trained(args.checkpoint, args.episodes, args.seed)
+    cfg, env, alg = run.cfg, run.env, run.alg
     actor = getattr(alg, "actor", None)
     if not hasattr(actor, "sample") or not hasattr(alg, "_to_env"):
         raise SystemExit(f"error: {type(alg).__name__} has no actor that samples actions; "
@@ -47,7 +45,7 @@ def main() -> None:
 
     console, results = Console(), {}
     for mode, policy in (("mean", alg.act_deterministic), ("sampled", sampled)):
-        obs = env.reset(seed=derive_seed(args.seed, "eval-reset"))
+        obs = run.reset()
         with torch.no_grad():
             result = summarize_episodes(run_episodes(env, obs, policy))
         results[mode] = result

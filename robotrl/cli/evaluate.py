@@ -19,10 +19,9 @@ from robotrl.cli.args import parse_kv, split_options
 
 def eval_main(argv: list[str]) -> None:
     from robotrl.checkpoint import write_json
-    from robotrl.experiment.build import build_algo, build_env, load_run
+    from robotrl.experiment.build import load_trained
     from robotrl.logging import console
     from robotrl.runners.evaluation import run_episodes, summarize_episodes
-    from robotrl.seeding import derive_seed
     from robotrl.types import Obs, obs_to
 
     options, argv = split_options(argv)
@@ -30,18 +29,16 @@ def eval_main(argv: list[str]) -> None:
                            "seed": int, "device": str})
     if "checkpoint" not in args:
         raise SystemExit("robotrl eval needs checkpoint=PATH (a .pt file or a run directory)")
-    cfg, ckpt = load_run(str(args["checkpoint"]), str(args.get("device", "cpu")))
     episodes = int(args.get("episodes", 20))
     if episodes < 1:
         raise SystemExit(f"episodes must be >= 1, got {episodes}")
-    root = int(args.get("seed", cfg.seed))  # seed=S evaluates as a run seeded S would
-    seeds = {name: derive_seed(root, name) for name in ("eval-env", "eval-reset")}
-    cfg.env.options = {**cfg.env.options, **options}
+    seed = int(args["seed"]) if "seed" in args else None  # as a run seeded S would evaluate
     try:
-        env = build_env(cfg, episodes, seeds["eval-env"], train=False)
-    except (TypeError, ValueError) as err:
+        run = load_trained(str(args["checkpoint"]), episodes, seed,
+                           str(args.get("device", "cpu")), options)
+    except ValueError as err:  # an unusable file or a task option the task refuses
         raise SystemExit(f"error: {err}") from None
-    alg = build_algo(cfg, env.spec, ckpt["algo"])
+    cfg, env, alg = run.cfg, run.env, run.alg
     device = torch.device(cfg.device)
 
     def policy(obs: Obs) -> torch.Tensor:
@@ -63,14 +60,14 @@ def eval_main(argv: list[str]) -> None:
             raise SystemExit(f"error: {err}") from None
         recorder = EpisodeRecorder(EVAL_SIZE)
 
-    obs = env.reset(seed=seeds["eval-reset"])
+    obs = run.reset()
     base = getattr(env, "unwrapped", env)
     if recorder is not None:
         recorder.start(env)
         if hasattr(getattr(base, "task", None), "instructions"):
             console.print(f"world 0's instruction: {base.task.instructions(base.sim)[0]!r}")
     result = summarize_episodes(run_episodes(env, obs, policy, on_step=recorder))
-    result["seeds"] = {"root": root, **seeds}
+    result["seeds"] = run.seeds
     result["options"] = options
     if recorder is not None:
         video_path = Path(str(args.get("out", "eval.json"))).with_suffix(".mp4")

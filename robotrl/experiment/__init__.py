@@ -7,7 +7,14 @@ beyond the run's own progress.
     RunDir("runs/x").eval()
 """
 
-from robotrl.experiment.build import build_algo, build_env, build_runner, load_run
+from robotrl.experiment.build import (
+    TrainedRun,
+    build_algo,
+    build_env,
+    build_runner,
+    load_run,
+    load_trained,
+)
 from robotrl.experiment.compose import (
     ConfigError,
     check_overrides,
@@ -31,6 +38,7 @@ __all__ = [
     "ConfigError",
     "Experiment",
     "RunDir",
+    "TrainedRun",
     "build_algo",
     "build_env",
     "build_runner",
@@ -39,6 +47,7 @@ __all__ = [
     "config_digest",
     "config_fields",
     "load_run",
+    "load_trained",
     "resolve_config",
     "run_training",
     "save_config",

@@ -91,6 +91,39 @@ def load_run(checkpoint: str, device: str = "cpu") -> tuple[TrainConfig, dict[st
     return cfg, ckpt
 
 
+@dataclasses.dataclass
+class TrainedRun:
+    """A trained run's learner on fresh evaluation worlds, seeded as a run seeded ``seeds["root"]``
+    seeds its evaluations (the ``eval-env`` and ``eval-reset`` streams)."""
+
+    cfg: TrainConfig
+    env: BatchedEnv
+    alg: Learner
+    seeds: dict[str, int]
+
+    def reset(self) -> Any:
+        """The worlds' first observations, from the ``eval-reset`` stream."""
+        return self.env.reset(seed=self.seeds["eval-reset"])
+
+
+def load_trained(checkpoint: str, num_envs: int, seed: int | None = None, device: str = "cpu",
+                 options: dict[str, Any] | None = None) -> TrainedRun:
+    """The run checkpointed at ``checkpoint`` with its weights, on ``num_envs`` nominal-physics
+    worlds seeded from ``seed`` (the run's own seed without it); ``options`` change task
+    options for these worlds. A missing or corrupt file raises ``CheckpointError``, options
+    the task refuses ``ValueError``."""
+    cfg, ckpt = load_run(checkpoint, device)
+    root = cfg.seed if seed is None else seed
+    seeds = {"root": root, **{name: derive_seed(root, name) for name in ("eval-env", "eval-reset")}}
+    if options:
+        cfg.env.options = {**cfg.env.options, **options}
+    try:
+        env = build_env(cfg, num_envs, seeds["eval-env"], train=False)
+    except TypeError as err:  # an option the task's constructor does not take
+        raise ValueError(str(err)) from None
+    return TrainedRun(cfg, env, build_algo(cfg, env.spec, ckpt["algo"]), seeds)
+
+
 def init_from(alg: Learner, cfg: TrainConfig, spec: EnvSpec) -> None:
     """Start ``alg`` from the actor of the run checkpointed at ``cfg.init`` (its algorithm's
     ``export_actor``), for learners with ``init_from_actor`` (GRPO)."""

@@ -16,16 +16,14 @@ def off_policy_value(checkpoint: str, dataset: str, updates: int = 10_000, gamma
     import torch
 
     from robotrl.data import load_dataset
-    from robotrl.experiment.build import build_algo, build_env, load_run
+    from robotrl.experiment.build import load_trained
     from robotrl.ope import FQEConfig, fitted_q_evaluation
     from robotrl.runners.evaluation import evaluate
-    from robotrl.seeding import derive_seed
     from robotrl.types import obs_to
 
     t0 = time.perf_counter()
-    cfg, ckpt = load_run(checkpoint, device)
-    env = build_env(cfg, episodes, derive_seed(seed, "eval-env"), train=False)
-    alg = build_algo(cfg, env.spec, ckpt["algo"])
+    run = load_trained(checkpoint, episodes, seed, device)
+    cfg, env, alg = run.cfg, run.env, run.alg
     data = load_dataset(dataset, device)
     data.check_spec(env.spec.obs_dim, env.spec.action_dim, cfg.env.task)
     result: dict[str, Any] = fitted_q_evaluation(
@@ -34,7 +32,7 @@ def off_policy_value(checkpoint: str, dataset: str, updates: int = 10_000, gamma
     if simulate:
         dev = torch.device(device)
         sim = evaluate(lambda obs: alg.act_deterministic(obs_to(obs, dev)).to(env.device), env,
-                       seed=derive_seed(seed, "eval-reset"), gamma=gamma)
+                       seed=run.seeds["eval-reset"], gamma=gamma)
         result.update(simulated=sim["discounted_return_mean"],
                       simulated_std=sim["discounted_return_std"])
     result["seconds"] = time.perf_counter() - t0
