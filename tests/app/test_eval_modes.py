@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from robotrl.experiment import Experiment
 
@@ -39,3 +40,21 @@ def test_mean_and_sampled_actions_on_the_same_worlds(tmp_path, make_config, algo
     assert json.loads((tmp_path / "eval.json").read_text())["return_mean"] == \
         pytest.approx(result["mean"]["return_mean"])
     assert result["sampled"]["return_mean"] != result["mean"]["return_mean"]
+
+
+def test_load_trained_seeds_worlds_as_the_run_and_refuses_unknown_options(tmp_path, make_config):
+    from robotrl.experiment import load_trained
+    from robotrl.seeding import derive_seed
+
+    Experiment(make_config(tmp_path / "run", "ppo", seed=7)).run()
+    ckpt = str(tmp_path / "run" / "checkpoints" / "last.pt")
+    run = load_trained(ckpt, 2)  # no seed: the run's own
+    assert run.seeds == {"root": 7, "eval-env": derive_seed(7, "eval-env"),
+                         "eval-reset": derive_seed(7, "eval-reset")}
+    assert run.env.num_envs == 2 and run.cfg.seed == 7
+    first = run.reset()["policy"]
+    again = load_trained(ckpt, 2)  # the same worlds from the same streams
+    assert torch.equal(again.reset()["policy"], first)
+    assert load_trained(ckpt, 2, seed=3).seeds["root"] == 3
+    with pytest.raises(ValueError, match="bogus"):
+        load_trained(ckpt, 2, options={"bogus": 1})
