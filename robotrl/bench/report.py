@@ -171,8 +171,9 @@ def orderings(grid: Grid, cells: dict[str, Any], done: list[dict[str, Any]]
 def at_minutes(sides: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
     """Each side's IQM over seeds of its last evaluation at or before ``minutes``, the minute
     the faster side's slowest seed evaluated for the last time (so that side is read at its
-    final evaluations), and the seeds that had one; None where a record's curve has no minutes
-    or a side has no evaluation that early."""
+    final evaluations), the seeds that had one and the machines their runs ran on (more than
+    one: the minutes compare CPUs too); None where a record's curve has no minutes or a side
+    has no evaluation that early."""
     if any("minutes" not in r.get("curve", {}) or not r["curve"]["minutes"]
            for rs in sides for r in rs):
         return None
@@ -185,8 +186,10 @@ def at_minutes(sides: list[list[dict[str, Any]]]) -> dict[str, Any] | None:
         if not last:
             return None
         scores.append(last)
+    # minutes depend on the CPU as much as on the algorithm: say when the sides' runs differ
+    ran_on = sorted({str(r.get("machine") or "unknown") for rs in sides for r in rs})
     return {"scores": tuple(float(stats.iqm(np.array(s))) for s in scores),
-            "seeds": tuple(len(s) for s in scores), "minutes": minutes}
+            "seeds": tuple(len(s) for s in scores), "minutes": minutes, "machines": ran_on}
 
 
 def init_summary(grid: Grid, done: list[dict[str, Any]]) -> dict[str, Any]:
@@ -369,13 +372,18 @@ def _orderings_markdown(grid: Grid, found: list[dict[str, Any]], digits: int) ->
             a, b = f["scores"]
             seeds = "" if min(f["seeds"]) >= full else f" (n={f['seeds'][0]}, {f['seeds'][1]})"
             when = f" at {f['minutes']:.1f} min" if "minutes" in f else ""
+            when += " †" if len(f.get("machines", ())) > 1 else ""
             row.append(f"{a:.{digits}f} vs {b:.{digits}f}{when}{seeds}: "
                        + ("**met**" if f["met"] else "**missed**"))
         lines.append(f"| {grid.orderings[i].label} | {target} | " + " | ".join(row) + " |")
     met = sum(f["met"] for f in found if f["runner"] == ROBOTRL)
     ours = sum(f["runner"] == ROBOTRL for f in found)
+    mixed = [f for f in found if len(f.get("machines", ())) > 1]
+    note = ([f"† the runs compared at equal wall clock ran on different machines "
+             f"({'; '.join(sorted({m for f in mixed for m in f['machines']}))}): their minutes "
+             "compare the CPUs as well as the algorithms.", ""] if mixed else [])
     return lines + ["", f"robotrl meets {met} of the {ours} orderings with both cells finished.",
-                    ""]
+                    "", *note]
 
 
 def _data_markdown(data: dict[str, dict[str, int]]) -> list[str]:

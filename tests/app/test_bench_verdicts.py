@@ -102,7 +102,14 @@ def test_an_ordering_at_equal_wall_clock_reads_each_side_at_the_faster_ones_minu
     assert final["scores"] == (601.0, 901.0) and not final["met"]
     assert ("| fasttd3 ≥ sac at equal wall clock | hopper | 601.0 vs 101.0 at 10.0 min: "
             "**met** |") in text
+    assert clock["machines"] == ["test"] and "†" not in text
     assert "![clock-1000-minutes](figures/clock-1000-minutes.png)" in text  # and against steps
+    # minutes from two CPUs compare the CPUs too: the row and a line under the table say so
+    mixed = [{**r, "machine": "other CPU"} if r["algo"] == "sac" else r for r in records]
+    text_mixed, _ = report(load_grid(path), mixed, with_figures=False, reps=200)
+    assert "601.0 vs 101.0 at 10.0 min †: **met**" in text_mixed
+    assert ("† the runs compared at equal wall clock ran on different machines (other CPU; "
+            "test)") in text_mixed
     assert [x for _, x, _ in figure_paths(load_grid(path), records, tmp_path)] == ["steps",
                                                                                 "minutes"]
     for r in records:
