@@ -30,6 +30,7 @@ import torch
 from rich.console import Console
 
 import robotrl.envs
+from robotrl.bench.harness import PEER_STATE
 from robotrl.config import TrainConfig, to_dict
 from robotrl.experiment import check_overrides, resolve_config, save_config, validate
 from robotrl.experiment.build import build_env, build_runner
@@ -359,7 +360,16 @@ class PeerCell:
     deterministic policy, ``options.episodes`` episodes, default 10) every
     ``options.eval_every`` env steps (default: budget / 10) and at the end. Seconds are
     training seconds: from ``start()``, less the time spent evaluating.
+
+    A peer that can put itself back where it was saves its state with ``save_state`` (in
+    ``peer_state.pt``, written atomically, data only: ``robotrl.checkpoint``) and, started again
+    on the same cell, takes it back with ``load_state``: the evaluations and training seconds
+    so far are restored, and ``result.json`` names each resumption (``resumed``: the step and
+    the machine) and every machine the run trained on.
     """
+
+    STATE = PEER_STATE
+    """The saved state's file in the run directory (deleted once ``result.json`` is written)."""
 
     def __init__(self, path: str | Path) -> None:
         spec = json.loads(Path(path).read_text())
@@ -376,8 +386,14 @@ class PeerCell:
         self.eval_every = int(self.options.get("eval_every") or max(1, self.budget // 10))
         self.evaluations: list[dict[str, Any]] = []
         self.next_eval = self.eval_every
+        self.identity = {k: spec.get(k) for k in ("algo", "our_algo", "target", "offline",
+                                                  "seed", "budget", "options")}
+        """What a saved state must have been saved for to be resumed here."""
+        self.resumed: list[dict[str, Any]] = []
+        self.machines: list[str] = []
         self._start: float | None = None
         self._eval_s = 0.0
+        self._prior_s = 0.0
 
     @classmethod
     def from_argv(cls, argv: list[str], peer: str) -> PeerCell:
@@ -387,14 +403,58 @@ class PeerCell:
         return cls(argv[1])
 
     def start(self) -> None:
-        """Start the training clock."""
+        """Start the training clock (where a resumed run's seconds left off)."""
+        from robotrl.experiment.run import machine
+
         self._start = time.perf_counter()
         self._eval_s = 0.0
+        self.machines.append(machine())
 
     def seconds(self) -> float:
-        """Training seconds so far (evaluations excluded)."""
+        """Training seconds so far (evaluations excluded), over every resumption."""
         assert self._start is not None, "start() first"
-        return time.perf_counter() - self._start - self._eval_s
+        return self._prior_s + time.perf_counter() - self._start - self._eval_s
+
+    def save_state(self, step: int, state: dict[str, Any]) -> None:
+        """Save the peer's ``state`` at env step ``step`` (tensors, arrays, numbers, strings
+        and containers of them) with the cell's evaluations and seconds so far."""
+        from robotrl.checkpoint import save_checkpoint
+
+        save_checkpoint(self.run_dir / self.STATE, {
+            "cell": self.identity, "step": int(step), "evaluations": self.evaluations,
+            "seconds": self.seconds(), "resumed": self.resumed, "machines": self.machines,
+            "state": state})
+
+    def load_state(self) -> tuple[int, dict[str, Any]] | None:
+        """(step, the peer's state) saved by an interrupted run of this cell, its evaluations
+        and seconds restored; None to start from scratch (nothing saved, or saved for another
+        cell or unreadable: said so)."""
+        from robotrl.checkpoint import CheckpointError, load_checkpoint
+        from robotrl.experiment.run import machine
+
+        path = self.run_dir / self.STATE
+        if not path.is_file():
+            return None
+        try:
+            saved = load_checkpoint(path, required=("cell", "step", "evaluations", "seconds",
+                                                    "resumed", "machines", "state"))
+        except CheckpointError as err:
+            print(f"note: not resuming, starting over: {err}", flush=True)
+            return None
+        if saved["cell"] != self.identity:
+            print(f"note: not resuming, starting over: {path} was saved for another cell "
+                  f"({saved['cell']})", flush=True)
+            return None
+        step = int(saved["step"])
+        self.evaluations = list(saved["evaluations"])
+        self._prior_s = float(saved["seconds"])
+        self.machines = list(saved["machines"])
+        self.resumed = [*saved["resumed"], {"step": step, "machine": machine()}]
+        while self.next_eval <= step:
+            self.next_eval += self.eval_every
+        print(f"resuming at {step:,} of {self.budget:,} steps ({self._prior_s:.0f} s of "
+              "training so far)", flush=True)
+        return step, saved["state"]
 
     def due(self, step: int) -> bool:
         """Whether an evaluation is due at env step ``step``."""
@@ -433,6 +493,9 @@ class PeerCell:
             write_atomic(self.run_dir / name, data, indent=1)
         result = {"step": int(step), "total_steps": self.budget, "final": {**last, "best": best},
                   "train_seconds": train_seconds, "evaluations": self.evaluations,
-                  "machine": machine()}
+                  "machine": " then ".join(dict.fromkeys(self.machines or [machine()]))}
+        if self.resumed:
+            result["resumed"] = self.resumed
         write_atomic(self.run_dir / RESULT_FILE, result, indent=1)
+        (self.run_dir / self.STATE).unlink(missing_ok=True)
         return result

@@ -41,6 +41,13 @@ The resolved arguments, where they come from and what the mapping cannot make eq
 stream, resets from ``eval-reset``, deterministic actions, observations normalized with the
 frozen ``VecNormalize`` statistics) every ``eval_every`` env steps and at the end;
 ``result.json`` is written last, atomically (``common.PeerCell``).
+
+An off-policy cell (SAC, TD3, CrossQ; without ``normalize``) saves its state at every evaluation
+(``PeerCell.save_state``) and, run again after an interruption, resumes from it exactly, as if
+never stopped: the networks, optimizers and entropy coefficient, the replay buffer, the counters,
+every random generator, and the worlds mid-episode, put back by replaying the episode in progress
+from its reset (``Replayable``; MuJoCo is deterministic), the replayed observation checked
+against the saved one bit for bit. An on-policy cell starts over.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import random
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +66,7 @@ HERE = Path(__file__).resolve().parent
 # benchmarks/ (common) in place of this folder, whose file names shadow packages (rsl_rl.py)
 sys.path[:] = [str(HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
+import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from common import PeerCell, plain, sb3_eval, sb3_policy  # noqa: E402
@@ -288,6 +297,107 @@ ZOO = _zoo_ppo()
 with ``VecNormalize(gamma=gamma)`` (``benchmarks/sb3_interop.py``)."""
 
 
+# ---------------------------------------------------------------------------- resuming
+class Replayable(gym.Wrapper):
+    """Passes everything through, keeping what replays the episode in progress on a fresh world
+    of the same kind: its reset's seed, options and world RNG state before it, and the actions
+    since."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.episode = {"seed": seed, "options": options,
+                        "rng": copy.deepcopy(self.unwrapped.np_random.bit_generator.state)}
+        self.actions: list[np.ndarray] = []
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> Any:
+        self.actions.append(np.array(action, copy=True))
+        return self.env.step(action)
+
+    def saved(self) -> dict[str, Any]:
+        """This world's episode in progress, as ``replay`` takes it."""
+        return {**self.episode, "actions": self.actions}
+
+    def replay(self, episode: dict[str, Any]) -> Any:
+        """Reset and step as the ``saved`` episode did; the last observation."""
+        self.unwrapped.np_random.bit_generator.state = episode["rng"]
+        obs, _ = self.reset(seed=episode["seed"], options=episode["options"])
+        for action in episode["actions"]:
+            obs = self.step(action)[0]
+        return obs
+
+
+def resumable(model: Any, norm: Any) -> bool:
+    """Whether ``sb3_state`` can save ``model`` mid-run: an off-policy learner with a plain
+    replay buffer, a fixed number of gradient steps per rollout, unnormalized worlds."""
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    return (type(getattr(model, "replay_buffer", None)) is ReplayBuffer and norm is None
+            and model.gradient_steps > 0)
+
+
+BUFFER = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+
+
+def sb3_state(model: Any) -> dict[str, Any]:
+    """What puts an off-policy ``model`` (and its ``DummyVecEnv`` of ``Replayable`` worlds)
+    back where it is, at the end of a rollout, as data."""
+    from stable_baselines3.common.save_util import recursive_getattr
+
+    modules, variables = model._get_torch_save_params()
+    rb = model.replay_buffer
+    rows = rb.buffer_size if rb.full else rb.pos
+    return {
+        "modules": {name: recursive_getattr(model, name).state_dict() for name in modules},
+        "variables": {name: recursive_getattr(model, name).detach().clone()
+                      for name in variables},
+        "buffer": {"pos": int(rb.pos), "full": bool(rb.full),
+                   **{f: getattr(rb, f)[:rows] for f in BUFFER if getattr(rb, f, None) is not None}},
+        "counters": {"num_timesteps": int(model.num_timesteps), "n_updates": int(model._n_updates),
+                     "episode_num": int(model._episode_num),
+                     "progress_remaining": float(model._current_progress_remaining)},
+        "last_obs": np.array(model._last_obs),
+        "worlds": [world.saved() for world in model.get_env().envs],
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                "python": random.getstate(),
+                "action_space": copy.deepcopy(model.action_space.np_random.bit_generator.state)},
+    }
+
+
+def restore(model: Any, state: dict[str, Any]) -> None:
+    """Put ``model`` and its worlds back as ``sb3_state`` saved them; ``ValueError`` if the
+    replayed worlds do not reach the saved observation bit for bit."""
+    from stable_baselines3.common.save_util import recursive_getattr
+
+    venv = model.get_env()
+    last = np.stack([world.replay(episode) for world, episode in
+                     zip(venv.envs, state["worlds"], strict=True)])
+    if not np.array_equal(last, state["last_obs"]):
+        raise ValueError("the replayed worlds do not reach the saved observation")
+    for reset in ("_reset_seeds", "_reset_options"):  # used by a venv.reset() only: once
+        getattr(venv, reset, lambda: None)()
+    for name, values in state["modules"].items():
+        recursive_getattr(model, name).load_state_dict(values)
+    for name, value in state["variables"].items():
+        with torch.no_grad():
+            recursive_getattr(model, name).copy_(value)
+    rb, buffer = model.replay_buffer, state["buffer"]
+    for field in BUFFER:
+        if field in buffer:
+            getattr(rb, field)[:len(buffer[field])] = buffer[field]
+    rb.pos, rb.full = buffer["pos"], buffer["full"]
+    counters = state["counters"]
+    model.num_timesteps = counters["num_timesteps"]
+    model._n_updates = counters["n_updates"]
+    model._episode_num = counters["episode_num"]
+    model._current_progress_remaining = counters["progress_remaining"]
+    model._last_obs = last
+    rng = state["rng"]
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    model.action_space.np_random.bit_generator.state = rng["action_space"]
+
+
 # ---------------------------------------------------------------------------- the cell
 def algorithm_class(algo: str) -> Any:
     if algo not in ALGOS:
@@ -316,7 +426,9 @@ def main(argv: list[str]) -> int:
     act_dim = int(probe.action_space.shape[0])
     probe.close()
     hp, source, notes = hyperparameters(cell, act_dim)
-    venv = make_vec_env(gym_id, n_envs=int(hp.get("n_envs", 1)), seed=cell.seed)
+    off_policy = cell.algo not in ON_POLICY
+    venv = make_vec_env(gym_id, n_envs=int(hp.get("n_envs", 1)), seed=cell.seed,
+                        wrapper_class=Replayable if off_policy else None)
     norm = None
     if hp.get("normalize"):
         settings = hp["normalize"] if isinstance(hp["normalize"], dict) else {}
@@ -327,19 +439,41 @@ def main(argv: list[str]) -> int:
           f"{cell.budget:,} steps; hyperparameters: {source}\n{plain(hp)}", flush=True)
     for note in notes:
         print(f"note: {note}", flush=True)
+    saves = off_policy and resumable(model, norm)
+    saved = cell.load_state() if saves else None
+    if saved is not None:
+        try:
+            restore(model, saved[1])
+        except ValueError as err:  # a world that replays otherwise (another MuJoCo build)
+            raise SystemExit(f"sb3 peer: cannot resume from {cell.run_dir / cell.STATE}: {err}; "
+                             "delete it to start over") from None
     evaluation = sb3_eval(cell.target, cell.episodes, cell.seed)
 
     def run() -> dict[str, float]:
         return evaluation(sb3_policy(model, norm))
 
     class Evaluations(BaseCallback):
+        save = False
+
+        def _on_training_start(self) -> None:
+            # the update the interrupted run made after saving, at the end of its rollout
+            if saved is not None and model.num_timesteps > model.learning_starts:
+                model.train(batch_size=model.batch_size, gradient_steps=model.gradient_steps)
+
         def _on_step(self) -> bool:
             if cell.due(self.num_timesteps):
                 cell.evaluate(self.num_timesteps, run)
+                self.save = saves and self.num_timesteps < cell.budget
             return True
 
+        def _on_rollout_end(self) -> None:
+            if self.save:  # the rollout's transitions stored, its update not yet made
+                cell.save_state(self.num_timesteps, sb3_state(model))
+                self.save = False
+
     cell.start()
-    model.learn(total_timesteps=cell.budget, callback=Evaluations())
+    model.learn(total_timesteps=cell.budget - model.num_timesteps, callback=Evaluations(),
+                reset_num_timesteps=saved is None)
     record = {"algo": cell.algo, "gym_id": gym_id, "source": source, "notes": notes,
               "hyperparams": plain(hp), "package": f"{ALGOS[cell.algo]} {version(ALGOS[cell.algo])}"}
     result = cell.finish(model.num_timesteps, run, files={"hyperparams.json": record})

@@ -50,6 +50,9 @@ LOAD_FILE = "load.json"
 """A cell's load record in its run directory (``LoadSampler``)."""
 DATA_FILE = "data.json"
 """An offline cell's dataset digest (``Dataset.digest``), written when the cell starts."""
+PEER_STATE = "peer_state.pt"
+"""A peer's saved state in its run directory (``benchmarks/common.py``: ``PeerCell.save_state``),
+which its script resumes from when the cell runs again; gone once the cell finishes."""
 STARTED = "started: "
 """How the missing reason of a cell that started and has not finished begins (``progress``)."""
 RESUMES = " (`robotrl bench run` resumes it)"
@@ -304,7 +307,7 @@ def run_peer(grid: Grid, cell: Cell) -> None:
     if shutil.which(python) is None:
         raise FileNotFoundError(f"peer {cell.runner!r}: interpreter {python!r} not found "
                                 f"(grid key peers.{cell.runner}.python)")
-    with open(run / "peer.log", "w") as log:
+    with open(run / "peer.log", "a") as log:  # a resumed peer adds to its log
         code = subprocess.call([python, peer.script, str(run / "cell.json")], stdout=log,
                                stderr=subprocess.STDOUT)
     if code:
@@ -512,8 +515,7 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
             failed = read_json(run / "failed.json")
             why = (f"stale: {what_changed(diff)} changed since it ran ({'; '.join(diff)})" if diff
                    else failed["error"] if failed
-                   else cell.runner == ROBOTRL and progress(run, cell.budget, grid.metric)
-                   or "not run")
+                   else progress(run, cell.budget, grid.metric) or "not run")
             records.append({**base, "missing": why})
             continue
         evals = [e for e in done.get("evaluations", []) if grid.metric in e]
@@ -535,6 +537,8 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
             record["init"] = init_record(grid, cell, done)
         if cell.runner == ROBOTRL:
             record["config"] = done.get("config") or config_digest(RunDir(run).config)
+        if done.get("resumed"):  # a peer's run interrupted and resumed (``PeerCell``)
+            record["resumed"] = [r["step"] for r in done["resumed"]]
         data = read_json(run / DATA_FILE)
         if data is not None:
             record["data"] = data["digest"]
@@ -545,11 +549,34 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
     return records
 
 
+def _last_eval(evaluations: list[dict[str, Any]], metric: str) -> str:
+    evals = [e for e in evaluations if metric in e]
+    return (f"; {metric} {evals[-1][metric]:.1f} at its evaluation at {evals[-1]['step']:,}"
+            if evals else "")
+
+
+def _peer_saved(run: Path) -> dict[str, Any] | None:
+    """The state a peer's unfinished run saved (``PEER_STATE``), None without one;
+    ``CheckpointError`` if it cannot be read."""
+    from robotrl.checkpoint import load_checkpoint
+
+    if not (run / PEER_STATE).is_file():
+        return None
+    return load_checkpoint(run / PEER_STATE, required=("step", "evaluations"))
+
+
 def progress(run: Path, budget: int, metric: str) -> str | None:
-    """Where an unfinished robotrl run got to, as its cell's missing reason: the step of its last
-    checkpoint (``bench run`` resumes from there) and its latest evaluation; without a checkpoint
-    here (one left on another machine), its latest evaluation logged to TensorBoard. None for a
-    run that never started."""
+    """Where an unfinished run got to, as its cell's missing reason: the step of its last
+    checkpoint, or a peer's saved state (``bench run`` resumes from there), and its latest
+    evaluation; without a checkpoint here (one left on another machine), a robotrl run's latest
+    evaluation logged to TensorBoard. None for a run that never started."""
+    try:
+        saved = _peer_saved(run)
+    except CheckpointError as err:
+        return f"{STARTED}its saved state cannot be read ({err})"
+    if saved is not None:
+        return (f"{STARTED}{int(saved['step']):,} of {budget:,} steps at its saved state"
+                f"{_last_eval(saved['evaluations'], metric)}{RESUMES}")
     if not (run / "config.yaml").is_file():
         return None
     found = RunDir(run)
@@ -558,11 +585,8 @@ def progress(run: Path, budget: int, metric: str) -> str | None:
     except CheckpointError as err:  # the report goes on: this cell says why it cannot resume
         return f"{STARTED}its last checkpoint cannot be read ({err})"
     if ckpt is not None:
-        evals = [e for e in ckpt.get("evaluations", []) if metric in e]
-        last = (f"; {metric} {evals[-1][metric]:.1f} at its evaluation at {evals[-1]['step']:,}"
-                if evals else "")
         return (f"{STARTED}{int(ckpt['global_step']):,} of {budget:,} steps at its last checkpoint"
-                f"{last}{RESUMES}")
+                f"{_last_eval(ckpt.get('evaluations', []), metric)}{RESUMES}")
     series = found.scalars().get(f"eval/{metric}", [])
     if series:
         step, value = series[-1]
@@ -666,7 +690,7 @@ def plan(grid: Grid) -> list[dict[str, Any]]:
             entry["state"] = "stale"
         elif record is not None and other is None:
             entry["state"], found = "committed", record
-        elif (run / "config.yaml").is_file():
+        elif (run / "config.yaml").is_file() or (run / PEER_STATE).is_file():
             entry.update(state="started", left=_left(run, cell.budget))
         elif record is not None:  # its time still says what a run of it costs
             entry.update(state="stale", recording=(record["data"], other))
@@ -681,13 +705,14 @@ def plan(grid: Grid) -> list[dict[str, Any]]:
 
 
 def _left(run: Path, budget: int) -> float:
-    """The fraction of ``budget`` a started run has still to train (from its last checkpoint;
-    all of it without one that can be read)."""
+    """The fraction of ``budget`` a started run has still to train (from its last checkpoint or
+    a peer's saved state; all of it without one that can be read)."""
     try:
-        ckpt = RunDir(run).checkpoint()
+        saved = _peer_saved(run)
+        ckpt = saved or RunDir(run).checkpoint()
     except CheckpointError:
         return 1.0
-    step = int(ckpt["global_step"]) if ckpt else 0
+    step = int(ckpt["step" if saved else "global_step"]) if ckpt else 0
     return max(0.0, 1.0 - step / budget)
 
 

@@ -6,15 +6,17 @@ a robotrl cell's."""
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 pytest.importorskip("stable_baselines3")
 
 from robotrl.bench.grid import ROBOTRL, Cell, load_grid  # noqa: E402
-from robotrl.bench.harness import collect, run_cell  # noqa: E402
+from robotrl.bench.harness import collect, progress, run_cell  # noqa: E402
 from robotrl.bench.report import report  # noqa: E402
 from robotrl.experiment.run import machine  # noqa: E402
 
@@ -107,3 +109,69 @@ def test_sb3_peer_collects_our_rollout_shape(tmp_path, options, expected):
     mapped = json.loads(out.strip().splitlines()[-1])
     assert (mapped["n_envs"], mapped["n_steps"]) == expected
     assert "robotrl's composed config" in mapped["source"]
+
+
+def _peer_cell(run: Path, algo: str, seed: int = 0) -> Path:
+    run.mkdir(parents=True)
+    (run / "cell.json").write_text(json.dumps({
+        "algo": algo, "our_algo": algo.lower(), "target": "hopper", "offline": False,
+        "seed": seed, "budget": 600, "run_dir": str(run), "options": {
+            "episodes": 2, "eval_every": 200, "hyperparams": {algo: {
+                "learning_starts": 100, "batch_size": 32, "policy_kwargs": {"net_arch": [32, 32]}}}}}))
+    return run / "cell.json"
+
+
+@pytest.mark.parametrize("algo", ["SAC", pytest.param("CrossQ", marks=pytest.mark.slow)])
+def test_an_interrupted_off_policy_peer_cell_resumes_as_if_never_stopped(tmp_path, algo):
+    """Killed after its first evaluation saved its state, an off-policy SB3 cell run again ends
+    with the uninterrupted run's evaluations, bit for bit: networks, optimizers, replay buffer,
+    counters, random generators, the update after the save, and the world mid-episode."""
+    pytest.importorskip("sb3_contrib")
+    whole = _peer_cell(tmp_path / "whole", algo)
+    subprocess.run([sys.executable, str(SCRIPT), str(whole)], check=True, capture_output=True)
+    cut = _peer_cell(tmp_path / "cut", algo)
+    state = cut.parent / "peer_state.pt"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(cut)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    while not state.exists() and proc.poll() is None:
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    assert state.exists() and not (cut.parent / "result.json").exists()
+    log = subprocess.run([sys.executable, str(SCRIPT), str(cut)], check=True, capture_output=True,
+                         text=True).stdout
+    assert "resuming at " in log
+    uninterrupted, resumed = (json.loads((c.parent / "result.json").read_text())
+                              for c in (whole, cut))
+    assert [e["step"] for e in resumed["evaluations"]] == [200, 400, 600]
+    assert ([e["return_mean"] for e in resumed["evaluations"]]
+            == [e["return_mean"] for e in uninterrupted["evaluations"]])
+    assert [r["step"] for r in resumed["resumed"]] == [200] and "resumed" not in uninterrupted
+    assert resumed["machine"] == machine() and not state.exists()  # spent once the cell is done
+
+
+def test_a_peer_state_of_another_cell_is_not_resumed(tmp_path):
+    """A saved state resumes only the cell it was saved for; another cell starts over."""
+    sys.path.insert(0, str(SCRIPT.parents[1]))
+    try:
+        from common import PeerCell
+    finally:
+        sys.path.pop(0)
+    mine = PeerCell(_peer_cell(tmp_path / "run", "SAC"))
+    mine.start()
+    mine.evaluations.append({"step": 200, "seconds": 1.0, "return_mean": 5.0})
+    mine.next_eval = 400
+    mine.save_state(200, {"weights": np.arange(3.0)})
+    again = PeerCell(tmp_path / "run" / "cell.json")
+    step, state = again.load_state()
+    assert step == 200 and again.next_eval == 400 and again.evaluations == mine.evaluations
+    assert state["weights"].tolist() == [0.0, 1.0, 2.0]
+    assert progress(tmp_path / "run", 600, "return_mean") == (
+        "started: 200 of 600 steps at its saved state; return_mean 5.0 at its evaluation at 200"
+        " (`robotrl bench run` resumes it)")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "cell.json").write_text((tmp_path / "run" / "cell.json").read_text().replace(
+        '"seed": 0', '"seed": 1').replace(str(tmp_path / "run"), str(other)))
+    (other / PeerCell.STATE).write_bytes((tmp_path / "run" / PeerCell.STATE).read_bytes())
+    assert PeerCell(other / "cell.json").load_state() is None
