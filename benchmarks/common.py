@@ -30,7 +30,7 @@ import torch
 from rich.console import Console
 
 import robotrl.envs
-from robotrl.bench.harness import PEER_STATE
+from robotrl.bench.harness import PEER_PROGRESS
 from robotrl.config import TrainConfig, to_dict
 from robotrl.experiment import check_overrides, resolve_config, save_config, validate
 from robotrl.experiment.build import build_env, build_runner
@@ -362,14 +362,16 @@ class PeerCell:
     training seconds: from ``start()``, less the time spent evaluating.
 
     A peer that can put itself back where it was saves its state with ``save_state`` (in
-    ``peer_state.pt``, written atomically, data only: ``robotrl.checkpoint``) and, started again
+    ``peer_state.pt``, written atomically, data only: ``robotrl.checkpoint``; its step and
+    evaluations in ``PEER_PROGRESS`` for ``robotrl bench``) and, started again
     on the same cell, takes it back with ``load_state``: the evaluations and training seconds
     so far are restored, and ``result.json`` names each resumption (``resumed``: the step and
     the machine) and every machine the run trained on.
     """
 
-    STATE = PEER_STATE
-    """The saved state's file in the run directory (deleted once ``result.json`` is written)."""
+    STATE = "peer_state.pt"
+    """The saved state's file in the run directory, ``PEER_PROGRESS`` beside it (both deleted
+    once ``result.json`` is written)."""
 
     def __init__(self, path: str | Path) -> None:
         spec = json.loads(Path(path).read_text())
@@ -418,12 +420,14 @@ class PeerCell:
     def save_state(self, step: int, state: dict[str, Any]) -> None:
         """Save the peer's ``state`` at env step ``step`` (tensors, arrays, numbers, strings
         and containers of them) with the cell's evaluations and seconds so far."""
-        from robotrl.checkpoint import save_checkpoint
+        from robotrl.checkpoint import save_checkpoint, write_json
 
         save_checkpoint(self.run_dir / self.STATE, {
             "cell": self.identity, "step": int(step), "evaluations": self.evaluations,
             "seconds": self.seconds(), "resumed": self.resumed, "machines": self.machines,
             "state": state})
+        write_json(self.run_dir / PEER_PROGRESS, {"step": int(step),
+                                                  "evaluations": self.evaluations}, indent=1)
 
     def load_state(self) -> tuple[int, dict[str, Any]] | None:
         """(step, the peer's state) saved by an interrupted run of this cell, its evaluations
@@ -497,5 +501,6 @@ class PeerCell:
         if self.resumed:
             result["resumed"] = self.resumed
         write_atomic(self.run_dir / RESULT_FILE, result, indent=1)
-        (self.run_dir / self.STATE).unlink(missing_ok=True)
+        for spent in (self.STATE, PEER_PROGRESS):
+            (self.run_dir / spent).unlink(missing_ok=True)
         return result

@@ -42,9 +42,18 @@ seeds 1000 seed + i, the same at every evaluation) stepped together with ``algo.
 deterministic action); normalized score 100 (return - ref_min_score) / (ref_max_score -
 ref_min_score) from the dataset card, as ours. ``train_seconds`` is the wall clock of the
 update loop only (``sample_transition_batch`` + ``update``, what d3rlpy's ``fitter`` times as a
-step); evaluations are timed apart (``eval_seconds``). A cell does not resume: an interrupted
-one starts over. ``run_dir/result.json`` (robotrl's schema, ``robotrl.experiment.run``) is
-written last, atomically; the policy's weights go to ``run_dir/model.pt``.
+step); evaluations are timed apart (``eval_seconds``). ``run_dir/result.json`` (robotrl's
+schema, ``robotrl.experiment.run``) is written last, atomically; the policy's weights go to
+``run_dir/model.pt``.
+
+Resuming: after each evaluation before the last, the cell's state goes to
+``run_dir/peer_state.pt`` (atomically; its step and evaluations in ``peer_progress.json`` for
+``robotrl bench``): every network,
+optimizer and learning-rate schedule, the update counter, the torch, NumPy and Python random
+generators, and the evaluations and seconds so far. Run again on the same cell, the peer goes on
+from there exactly as if never stopped (read with ``torch.load(weights_only=True)``: data, no
+code); ``result.json`` then names each resumption and the machines. A state of another cell is
+ignored, and deleted once the cell finishes.
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ import ctypes  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import platform  # noqa: E402
+import random  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -385,14 +395,77 @@ def machine(device: str) -> str:
     return f"{name}, {cores} cores{mkl}"
 
 
-def write_result(run_dir: Path, result: dict[str, Any]) -> None:
-    """``result.json`` atomically: a temporary file, then ``os.replace``."""
-    tmp = run_dir / ".result.json.tmp"
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """``data`` to ``path`` atomically: a temporary file, then ``os.replace``."""
+    tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w") as f:
-        json.dump(result, f, indent=1)
+        json.dump(data, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, run_dir / "result.json")
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------ resuming
+STATE = "peer_state.pt"
+"""The saved state's file in the run directory."""
+PROGRESS = "peer_progress.json"
+"""Its step and evaluations, for ``robotrl bench`` (``robotrl.bench.harness.PEER_PROGRESS``)."""
+IDENTITY = ("algo", "our_algo", "target", "offline", "seed", "budget", "options")
+"""The cell's fields a saved state must match to be resumed."""
+
+
+def _modules(algo: Any, device: str) -> dict[str, Any]:
+    """d3rlpy's networks and optimizers (with their schedules) of ``algo``, by name: what its
+    ``save_model`` saves."""
+    return algo.impl.modules.create_checkpointer(device).modules
+
+
+def save_state(run_dir: Path, algo: Any, device: str, progress: dict[str, Any]) -> None:
+    """The state a resumed run continues from (module docstring), atomically."""
+    mt, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {**progress, "grad_step": int(algo.grad_step),
+             "modules": {k: v.state_dict() for k, v in _modules(algo, device).items()},
+             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                     "numpy": [mt, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss,
+                               gauss]}}
+    tmp = run_dir / f".{STATE}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, run_dir / STATE)
+    write_json(run_dir / PROGRESS, {"step": progress["step"],
+                                    "evaluations": progress["evaluations"]})
+
+
+def load_state(run_dir: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """The state saved by an interrupted run of this cell, else None (said why, if one is
+    there)."""
+    path = run_dir / STATE
+    if not path.is_file():
+        return None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file: start over, saying why
+        print(f"note: not resuming, starting over: {path} cannot be read ({err})", flush=True)
+        return None
+    if not isinstance(saved, dict) or saved.get("cell") != identity:
+        print(f"note: not resuming, starting over: {path} was saved for another cell",
+              flush=True)
+        return None
+    return saved
+
+
+def restore(algo: Any, device: str, saved: dict[str, Any]) -> None:
+    """Put ``algo`` and the random generators back as ``save_state`` saved them."""
+    for name, module in _modules(algo, device).items():
+        module.load_state_dict(saved["modules"][name])
+    algo._grad_step = int(saved["grad_step"])  # d3rlpy's update counter (no setter)
+    rng = saved["rng"]
+    torch.set_rng_state(rng["torch"])
+    random.setstate(rng["python"])
+    mt, keys, pos, has_gauss, gauss = rng["numpy"]
+    np.random.set_state((mt, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
 
 
 # ------------------------------------------------------------------------------ one cell
@@ -437,6 +510,17 @@ def run(cell: dict[str, Any]) -> dict[str, Any]:
     train_seconds = eval_seconds = 0.0
     evaluations: list[dict[str, Any]] = []
     step = 0
+    identity = {k: cell.get(k) for k in IDENTITY}
+    machines, resumed = [machine(device)], []
+    saved = load_state(run_dir, identity)
+    if saved is not None:
+        restore(algo, device, saved)
+        step, evaluations = int(saved["step"]), list(saved["evaluations"])
+        train_seconds, eval_seconds = saved["train_seconds"], saved["eval_seconds"]
+        machines = [*saved["machines"], machine(device)]
+        resumed = [*saved["resumed"], {"step": step, "machine": machine(device)}]
+        print(f"resuming at {step} of {budget} updates ({train_seconds:.0f} s of training so "
+              "far)", flush=True)
     while step < budget:
         chunk = min(eval_every - step % eval_every, budget - step)
         t0 = time.perf_counter()
@@ -452,17 +536,26 @@ def run(cell: dict[str, Any]) -> dict[str, Any]:
             print(f"step {step}: return {scores['return_mean']:.1f}, normalized "
                   f"{scores['normalized_score']:.1f} ({step / max(train_seconds, 1e-9):.0f} "
                   "updates/s)", flush=True)
+            if step < budget:
+                save_state(run_dir, algo, device, {
+                    "cell": identity, "step": step, "evaluations": evaluations,
+                    "train_seconds": train_seconds, "eval_seconds": eval_seconds,
+                    "machines": machines, "resumed": resumed})
     algo.save_model(str(run_dir / "model.pt"))
     final = {**evaluations[-1], "best": max(e["return_mean"] for e in evaluations)}
     for key in ("step", "seconds"):
         final.pop(key)
     result = {"step": step, "total_steps": budget, "final": final,
               "train_seconds": train_seconds, "eval_seconds": eval_seconds,
-              "evaluations": evaluations, "machine": machine(device),
+              "evaluations": evaluations, "machine": " then ".join(dict.fromkeys(machines)),
               "peer": {"d3rlpy": d3rlpy.__version__, "torch": torch.__version__,
                        "gymnasium": gym.__version__, "algo": cell["algo"],
                        "hyperparameters": hp, "updates_per_second": budget / train_seconds}}
-    write_result(run_dir, result)
+    if resumed:
+        result["resumed"] = resumed
+    write_json(run_dir / "result.json", result)
+    for spent in (STATE, PROGRESS):
+        (run_dir / spent).unlink(missing_ok=True)
     return result
 
 

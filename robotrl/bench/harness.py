@@ -50,9 +50,11 @@ LOAD_FILE = "load.json"
 """A cell's load record in its run directory (``LoadSampler``)."""
 DATA_FILE = "data.json"
 """An offline cell's dataset digest (``Dataset.digest``), written when the cell starts."""
-PEER_STATE = "peer_state.pt"
-"""A peer's saved state in its run directory (``benchmarks/common.py``: ``PeerCell.save_state``),
-which its script resumes from when the cell runs again; gone once the cell finishes."""
+PEER_PROGRESS = "peer_progress.json"
+"""Where a peer's unfinished run saved its state (``step``, ``evaluations``), written beside the
+state itself (``peer_state.pt``, in the peer's own format: its script resumes from it when the
+cell runs again; ``benchmarks/common.py``: ``PeerCell.save_state``); gone once the cell
+finishes."""
 STARTED = "started: "
 """How the missing reason of a cell that started and has not finished begins (``progress``)."""
 RESUMES = " (`robotrl bench run` resumes it)"
@@ -556,13 +558,9 @@ def _last_eval(evaluations: list[dict[str, Any]], metric: str) -> str:
 
 
 def _peer_saved(run: Path) -> dict[str, Any] | None:
-    """The state a peer's unfinished run saved (``PEER_STATE``), None without one;
-    ``CheckpointError`` if it cannot be read."""
-    from robotrl.checkpoint import load_checkpoint
-
-    if not (run / PEER_STATE).is_file():
-        return None
-    return load_checkpoint(run / PEER_STATE, required=("step", "evaluations"))
+    """Where a peer's unfinished run saved its state (``PEER_PROGRESS``), None without it."""
+    saved = read_json(run / PEER_PROGRESS)
+    return saved if isinstance(saved, dict) and {"step", "evaluations"} <= set(saved) else None
 
 
 def progress(run: Path, budget: int, metric: str) -> str | None:
@@ -570,10 +568,7 @@ def progress(run: Path, budget: int, metric: str) -> str | None:
     checkpoint, or a peer's saved state (``bench run`` resumes from there), and its latest
     evaluation; without a checkpoint here (one left on another machine), a robotrl run's latest
     evaluation logged to TensorBoard. None for a run that never started."""
-    try:
-        saved = _peer_saved(run)
-    except CheckpointError as err:
-        return f"{STARTED}its saved state cannot be read ({err})"
+    saved = _peer_saved(run)
     if saved is not None:
         return (f"{STARTED}{int(saved['step']):,} of {budget:,} steps at its saved state"
                 f"{_last_eval(saved['evaluations'], metric)}{RESUMES}")
@@ -690,7 +685,7 @@ def plan(grid: Grid) -> list[dict[str, Any]]:
             entry["state"] = "stale"
         elif record is not None and other is None:
             entry["state"], found = "committed", record
-        elif (run / "config.yaml").is_file() or (run / PEER_STATE).is_file():
+        elif (run / "config.yaml").is_file() or _peer_saved(run) is not None:
             entry.update(state="started", left=_left(run, cell.budget))
         elif record is not None:  # its time still says what a run of it costs
             entry.update(state="stale", recording=(record["data"], other))
@@ -707,8 +702,8 @@ def plan(grid: Grid) -> list[dict[str, Any]]:
 def _left(run: Path, budget: int) -> float:
     """The fraction of ``budget`` a started run has still to train (from its last checkpoint or
     a peer's saved state; all of it without one that can be read)."""
+    saved = _peer_saved(run)
     try:
-        saved = _peer_saved(run)
         ckpt = saved or RunDir(run).checkpoint()
     except CheckpointError:
         return 1.0

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from robotrl.bench.grid import ROBOTRL, Cell, load_grid
-from robotrl.bench.harness import cell_overrides
+from robotrl.bench.harness import cell_overrides, progress
 from robotrl.cli.bench import bench_main
 from robotrl.experiment.compose import compose
 from robotrl.registry import algo_config_class
@@ -118,3 +118,66 @@ def test_bc_against_d3rlpy_end_to_end(pendulum, tmp_path):
     # one seed a side: the score and n=1, no interval
     assert all(re.match(r" -?\d+\.\d \(n=1, \d+\.\d min\) ", c) for c in row.split("|")[2:4]), row
     assert "- bc > bc@d3rlpy:" in report
+
+
+def _tensors(value: Any, where: str = "") -> dict[str, Any]:
+    """Every tensor in a nest of dicts and lists, by its path."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return {where: value}
+    items = value.items() if isinstance(value, dict) else (
+        enumerate(value) if isinstance(value, (list, tuple)) else ())
+    return {k: v for key, item in items for k, v in _tensors(item, f"{where}/{key}").items()}
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize(("algo", "theirs"), [("td3bc", "TD3PlusBC"), ("iql", "IQL")])
+def test_an_interrupted_d3rlpy_cell_resumes_as_if_never_stopped(pendulum, tmp_path, algo, theirs):
+    """Killed after its first evaluation saved its state (at an odd update: TD3+BC's actor
+    updates every second one), a d3rlpy cell run again ends with the uninterrupted run's
+    evaluations and weights, optimizers and IQL's learning-rate schedule included, bit for bit."""
+    import subprocess
+    import time
+
+    import torch
+
+    python = os.environ.get("ROBOTRL_D3RLPY_PYTHON", "")
+    if not python or not Path(python).exists():
+        pytest.skip("ROBOTRL_D3RLPY_PYTHON (the d3rlpy 2.8.1 venv's python) is not set or "
+                    "missing; see benchmarks/grids/offline_vs_d3rlpy.yaml")
+    options = yaml.safe_load((GRIDS / "offline_vs_d3rlpy.yaml").read_text())["peers"]["d3rlpy"][
+        "options"][algo]
+
+    def cell(name: str) -> Path:
+        run = tmp_path / name
+        run.mkdir()
+        (run / "cell.json").write_text(json.dumps({
+            "algo": theirs, "our_algo": algo, "target": str(pendulum), "offline": True,
+            "seed": 0, "budget": 303, "run_dir": str(run), "options": {
+                "episodes": 2, "eval_every": 101, "threads": 1, algo: options}}))
+        return run
+
+    whole, cut = cell("whole"), cell("cut")
+    subprocess.run([python, str(PEER), str(whole / "cell.json")], check=True,
+                   capture_output=True)
+    proc = subprocess.Popen([python, str(PEER), str(cut / "cell.json")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not (cut / "peer_progress.json").exists() and proc.poll() is None:  # saved last
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    assert (cut / "peer_state.pt").exists() and not (cut / "result.json").exists()
+    assert progress(cut, 303, "return_mean").startswith(  # bench list/report: how far it got
+        "started: 101 of 303 steps at its saved state; return_mean ")
+    out = subprocess.run([python, str(PEER), str(cut / "cell.json")], check=True,
+                         capture_output=True, text=True).stdout
+    assert "resuming at 101 of 303 updates" in out
+    uninterrupted, resumed = (json.loads((run / "result.json").read_text())
+                              for run in (whole, cut))
+    assert ([e["return_mean"] for e in resumed["evaluations"]]
+            == [e["return_mean"] for e in uninterrupted["evaluations"]])
+    assert [r["step"] for r in resumed["resumed"]] == [101] and "resumed" not in uninterrupted
+    assert not (cut / "peer_state.pt").exists() and progress(cut, 303, "return_mean") is None
+    mine, ref = (_tensors(torch.load(run / "model.pt", weights_only=True)) for run in (cut, whole))
+    assert mine.keys() == ref.keys() and all(torch.equal(mine[k], ref[k]) for k in ref)

@@ -133,7 +133,7 @@ def test_an_interrupted_off_policy_peer_cell_resumes_as_if_never_stopped(tmp_pat
     state = cut.parent / "peer_state.pt"
     proc = subprocess.Popen([sys.executable, str(SCRIPT), str(cut)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    while not state.exists() and proc.poll() is None:
+    while not (cut.parent / "peer_progress.json").exists() and proc.poll() is None:  # saved last
         time.sleep(0.01)
     proc.kill()
     proc.wait()
@@ -148,6 +148,7 @@ def test_an_interrupted_off_policy_peer_cell_resumes_as_if_never_stopped(tmp_pat
             == [e["return_mean"] for e in uninterrupted["evaluations"]])
     assert [r["step"] for r in resumed["resumed"]] == [200] and "resumed" not in uninterrupted
     assert resumed["machine"] == machine() and not state.exists()  # spent once the cell is done
+    assert progress(cut.parent, 600, "return_mean") is None
 
 
 def test_a_peer_state_of_another_cell_is_not_resumed(tmp_path):
