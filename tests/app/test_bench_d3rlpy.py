@@ -155,7 +155,7 @@ def test_an_interrupted_d3rlpy_cell_resumes_as_if_never_stopped(pendulum, tmp_pa
         (run / "cell.json").write_text(json.dumps({
             "algo": theirs, "our_algo": algo, "target": str(pendulum), "offline": True,
             "seed": 0, "budget": 303, "run_dir": str(run), "options": {
-                "episodes": 2, "eval_every": 101, "threads": 1, algo: options}}))
+                "episodes": 1, "eval_every": 101, "threads": 1, algo: options}}))
         return run
 
     whole, cut = cell("whole"), cell("cut")
