@@ -395,14 +395,19 @@ def machine(device: str) -> str:
     return f"{name}, {cores} cores{mkl}"
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """``data`` to ``path`` atomically: a temporary file, then ``os.replace``."""
+def write_atomic(path: Path, write: Any, mode: str = "w") -> None:
+    """``write(file)`` into ``path`` atomically: a temporary file, then ``os.replace``."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
+    with open(tmp, mode) as f:
+        write(f)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """``data`` to ``path`` as JSON, atomically."""
+    write_atomic(path, lambda f: json.dump(data, f, indent=1))
 
 
 # ------------------------------------------------------------------------------ resuming
@@ -428,12 +433,7 @@ def save_state(run_dir: Path, algo: Any, device: str, progress: dict[str, Any]) 
              "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                      "numpy": [mt, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss,
                                gauss]}}
-    tmp = run_dir / f".{STATE}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, run_dir / STATE)
+    write_atomic(run_dir / STATE, lambda f: torch.save(state, f), "wb")
     write_json(run_dir / PROGRESS, {"step": progress["step"],
                                     "evaluations": progress["evaluations"]})
 
