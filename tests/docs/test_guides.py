@@ -101,7 +101,7 @@ def run_page(page: Path, folder: Path) -> None:
             f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}")
 
 
-@pytest.mark.slow  # every page's commands at small sizes: ~10 minutes on 2 cores
+@pytest.mark.slow  # every page's commands at small sizes: ~25 min of the slow suite, 2026-11-29
 @pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(DOCS)))
 def test_page_runs(page: Path, tmp_path: Path) -> None:
     run_page(page, tmp_path)
