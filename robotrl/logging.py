@@ -20,7 +20,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
+"""The CLI's messages on stderr, one line each (``soft_wrap``): a path or a number is never broken
+across lines in a log file or a pipe, where rich would otherwise wrap at 80 columns; a terminal
+wraps long lines itself. Tables pass ``soft_wrap=False`` to fit the width."""
 
 
 WANDB_EXTRA = "pip install 'robotrl[wandb]' (in a checkout: pip install -e \".[wandb]\")"

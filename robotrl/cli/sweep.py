@@ -107,7 +107,7 @@ class SweepTable(Callback):
         for r, varied in zip(rows, swept(rows), strict=True):
             table.add_row(str(r["job"]), varied, f"{r['final']:.1f}", f"{r['best']:.1f}",
                           r["run_dir"])
-        console.print(table)
+        console.print(table, soft_wrap=False)
         with atomic_open(sweep_dir / "results.md", "w") as f:
             f.write(markdown(rows))
         write_json(sweep_dir / "results.json", rows)

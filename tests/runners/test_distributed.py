@@ -137,7 +137,7 @@ def test_two_ranks_learn_like_one_process_with_twice_the_worlds(tmp_path: Path) 
         for name, d in (("two", two), ("one", one)):
             returns[name].append(_load(d / "checkpoints" / "last.pt")["evaluations"][-1][
                 "return_mean"])
-    print(json.dumps(returns))  # shown with pytest -s
+    print(json.dumps(returns))  # shown with pytest -s -n 0
     mean2, mean1 = statistics.mean(returns["two"]), statistics.mean(returns["one"])
     spread = max(statistics.stdev(returns["two"]), statistics.stdev(returns["one"]), 50.0)
     assert min(mean1, mean2) > 100, returns
