@@ -9,6 +9,7 @@ and sets ``ROBOTRL_REQUIRE_BROWSER=1``, which turns a skip into a failure.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import http.server
 import importlib
@@ -33,13 +34,26 @@ def _need(what: str) -> None:
     pytest.skip(f"{what} is missing")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built once with --strict (every warning an error) into a temporary folder,
-    from nothing built before (a fresh clone has no ``build/``)."""
+    """The site, built once a test run with --strict (every warning an error) into a temporary
+    folder, from nothing built before (a fresh clone has no ``build/``). Under pytest-xdist the
+    first worker to need it builds it, under a lock, and the others read that build: two builds
+    at once would share the repository's ``build/api_src``."""
     if shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None:
         _need('mkdocs (pip install -e ".[docs]")')
-    out = tmp_path_factory.mktemp("site")
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # one process (-n 0)
+        return _build_site(tmp_path_factory.mktemp("site"))
+    shared = tmp_path_factory.getbasetemp().parent  # this run's folder, above every worker's
+    with open(shared / "site.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = shared / "site"
+        if not (out / "index.html").is_file():
+            _build_site(out)
+        return out
+
+
+def _build_site(out: Path) -> Path:
     shutil.rmtree(ROOT / "build" / "api_src", ignore_errors=True)  # as on a fresh clone
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
     done = subprocess.run([str(Path(sys.executable).parent / "mkdocs"), "build", "--strict",
