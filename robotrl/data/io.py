@@ -154,10 +154,40 @@ NUMERIC_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "in
 """Element types a dataset's arrays may have."""
 
 
+def _identity(path: Path) -> tuple[Any, ...] | None:
+    """What names a Minari ``data`` directory's two files as they are on disk now (device,
+    inode, size, modification and change times of each), or None where one cannot be stat'ed;
+    rewriting or replacing either file gives another identity."""
+    try:
+        stats = [(path / name).stat() for name in ("metadata.json", "main_data.hdf5")]
+    except OSError:
+        return None
+    return (str(path.resolve()), *((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
+                                   for s in stats))
+
+
+_CHECKED: set[tuple[Any, ...]] = set()
+"""The Minari files ``check_minari`` passed in this process, by ``_identity``: checking a
+1M-step dataset's every episode header takes 5-15 s, and ``robotrl bench list`` composes an
+offline grid's every cell, each reading its dataset's card."""
+_CARDS: dict[tuple[Any, ...], DatasetCard] = {}
+"""``load_card``'s cards of Minari datasets in this process, by ``_identity``."""
+
+
 def check_minari(path: Path) -> None:
     """Check a Minari ``data`` directory's metadata (and, for HDF5 storage, every episode's
     array headers) before minari reads it: declared flat numeric Box spaces (so minari never
-    builds an environment), consistent episode lengths and step counts, within memory."""
+    builds an environment), consistent episode lengths and step counts, within memory. Files
+    that passed once in this process, unchanged since (``_identity``), are not read again."""
+    identity = _identity(path)
+    if identity is not None and identity in _CHECKED:
+        return
+    _check_minari(path)
+    if identity is not None:
+        _CHECKED.add(identity)
+
+
+def _check_minari(path: Path) -> None:
     where = str(path.parent)
     meta_file = path / "metadata.json"
     try:
@@ -239,10 +269,17 @@ def _open_minari(path: Path) -> Any:
 
 
 def load_card(ref: str) -> DatasetCard:
-    """The card of the dataset ``ref`` names, reading only metadata."""
+    """The card of the dataset ``ref`` names, reading no rows (a Minari dataset's files are
+    checked first, once a process while they are unchanged: ``check_minari``)."""
     kind, path = _resolve(ref)
     if kind == "minari":
-        return _minari_card(_open_minari(path), path)
+        identity = _identity(path)
+        card = _CARDS.get(identity) if identity is not None else None
+        if card is None:
+            card = _minari_card(_open_minari(path), path)
+            if identity is not None:
+                _CARDS[identity] = card
+        return dataclass_copy(card)  # the caller's to change
     with _open_hdf5(path) as f, h5_errors(path):
         return _hdf5_card(f, path)
 

@@ -71,6 +71,30 @@ def test_minari_round_trip(minari_root: Path) -> None:
         save_minari(data, "test/inverted_pendulum/expert-v0")
 
 
+def test_a_minari_dataset_is_checked_once_until_its_files_change(
+        minari_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a card again reads nothing (``bench list`` composes an offline grid's every cell:
+    each check of a 1M-step dataset's episode headers took 5-15 s); a rewritten data file is
+    checked again, and refused when it is bad, in the same process."""
+    import robotrl.data.io as io
+
+    checks = []
+    monkeypatch.setattr(io, "_check_minari", lambda path, check=io._check_minari: (
+        checks.append(path), check(path))[1])
+    path = save_minari(tiny(), "test/inverted_pendulum/once-v0")
+    first = load_card("test/inverted_pendulum/once-v0")
+    first.kind = "changed by the caller"  # a copy: the next reader gets the file's card
+    assert load_card("test/inverted_pendulum/once-v0").kind == "expert"
+    assert len(load_dataset("test/inverted_pendulum/once-v0")) == len(tiny())
+    assert len(checks) == 1
+    with h5py.File(path / "data" / "main_data.hdf5", "a") as f:
+        del f["episode_1/rewards"]
+        f["episode_1/rewards"] = np.zeros(7, np.float32)  # 3 steps: 7 rewards, 4 observations
+    with pytest.raises(DatasetError, match="episode_1/"):
+        load_dataset("test/inverted_pendulum/once-v0")
+    assert len(checks) == 2
+
+
 def test_hdf5_round_trip_and_d4rl_layout(tmp_path: Path) -> None:
     data = tiny()
     path = save_hdf5(data, tmp_path / "d.hdf5")
