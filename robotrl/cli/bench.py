@@ -181,11 +181,16 @@ def _list(grid: Any) -> None:
     hours = sum(minutes[i][0] for i in left if i in minutes) / 60
     unknown = sum(i not in minutes for i in left)
     said = ", ".join(f"{counts[s]} {s}" for s in PLAN_STATES if counts[s])
+    if unknown == len(left):
+        guess = "; no estimate: none has a finished run of its algorithm to go by"
+    else:
+        guess = (f", about {hours:.1f} run-hours from the mean wall clock of this grid's finished "
+                 "runs of the same algorithm and task"
+                 + (f"; {unknown} with no finished run of their algorithm to go by"
+                    if unknown else ""))
     console.print(f"{len(entries)} cells: {said}." + (
-        f" Left to run (only=missing): {len(left)} cells, about {hours:.1f} run-hours from the "
-        "mean wall clock of this grid's finished runs of the same algorithm and task"
-        + (f"; {unknown} with no finished run of their algorithm to go by" if unknown else "")
-        + "." if left else ""), highlight=False, soft_wrap=True)
+        f" Left to run (only=missing): {len(left)} cells{guess}." if left else ""),
+        highlight=False, soft_wrap=True)
     if others := sum("recording" in e for e in entries):
         console.print(f"{others} {'cells are' if others > 1 else 'cell is'} committed on "
                       f"another recording of {'their' if others > 1 else 'its'} dataset than the "

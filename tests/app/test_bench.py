@@ -522,6 +522,10 @@ def test_list_says_what_is_left_and_only_missing_runs_just_that(pendulum, tmp_pa
 
     path = write_grid(tmp_path, pendulum, algos=["bc"], seeds=[0, 1, 2], ope_updates=0)
     grid = load_grid(path)
+    bench_main(["list", str(path)])  # nothing finished yet: nothing to estimate from
+    said = capsys.readouterr()
+    assert ("3 cells: 3 todo. Left to run (only=missing): 3 cells; no estimate: none has a "
+            "finished run of its algorithm to go by.") in " ".join((said.out + said.err).split())
     bench_main(["run", str(path), "only=0", "figures=false"])
     shutil.move(grid.run_dir(grid.cells()[0]), tmp_path / "elsewhere")  # "another machine"
     original = OfflineRunner._iteration
