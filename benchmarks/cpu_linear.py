@@ -18,7 +18,9 @@ measurements, both choices in one process, interleaved, median of ``--repeats`` 
 * ``updates``: what the switch buys a whole update (networks, losses, optimizer): a PPO
   minibatch (``ppo_loss`` forward + backward, the default networks, minibatch 512, Hopper's
   shapes), SAC updates (256x256 actor and twin critics, batch 256, HalfCheetah; as
-  ``sac_bench.py``) and CRL updates at depth 16 (width 256, batch 256; as ``crl_depth.py``).
+  ``sac_bench.py``), CRL updates at depth 16 (width 256, batch 256; as ``crl_depth.py``) and
+  CQL updates (its defaults: 3x256 actor and twin critics, batch 256, 10 actions from each of
+  3 proposals a state; HalfCheetah's shapes, synthetic transitions).
 
 OpenMP's wait policy is left as the environment sets it (a run's own): with ``--threads 2``
 ``OMP_WAIT_POLICY=PASSIVE`` makes every parallel region wake a sleeping thread, which costs
@@ -150,11 +152,28 @@ def crl_updates(k: int, depth: int) -> Callable[[], None]:
     return step
 
 
+def cql_updates(k: int) -> Callable[[], None]:
+    from robotrl.algos.offline.cql import CQL, CQLConfig
+    from robotrl.data import Dataset, DatasetCard
+
+    n, obs_dim, act_dim = 10_000, 17, 6  # HalfCheetah's shapes, synthetic transitions
+    g = torch.Generator().manual_seed(0)
+    data = Dataset(torch.randn(n, obs_dim, generator=g), torch.rand(n, act_dim, generator=g) * 2 - 1,
+                   torch.randn(n, generator=g), torch.randn(n, obs_dim, generator=g),
+                   torch.zeros(n, dtype=torch.bool), torch.arange(n) % 1000 == 999,
+                   torch.arange(0, n, 1000), DatasetCard(task="", kind="medium"))
+    alg = CQL(obs_dim, -torch.ones(act_dim), torch.ones(act_dim),
+              CQLConfig(updates_per_iteration=k), seed=0)
+    alg.attach(data)
+    return lambda: alg.update()
+
+
 def updates(repeats: int) -> list[dict[str, Any]]:
     """Per workload: seconds per call with each choice, interleaved rounds, and the ratio."""
     workloads = {"PPO minibatch (512, 64x64 actor, 128x128 critic)": (ppo_minibatch(), 200),
                  "SAC update (256, 256x256 nets)": (sac_updates(20), 5),
-                 "CRL update (256, depth 16, width 256)": (crl_updates(5, 16), 2)}
+                 "CRL update (256, depth 16, width 256)": (crl_updates(5, 16), 2),
+                 "CQL update (256, 3x256 nets, 30 sampled actions a state)": (cql_updates(2), 2)}
     rows = []
     for name, (fn, calls) in workloads.items():
         times: dict[str, list[float]] = {"blas": [], "onednn": []}
