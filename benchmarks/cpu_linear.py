@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from common import banner, check, machine_meta, print_checks, write_json
+from common import banner, check, machine_meta, print_checks, synthetic_dataset, write_json
 from rich.console import Console
 from rich.table import Table
 from torch.nn import functional as F
@@ -154,17 +154,11 @@ def crl_updates(k: int, depth: int) -> Callable[[], None]:
 
 def cql_updates(k: int) -> Callable[[], None]:
     from robotrl.algos.offline.cql import CQL, CQLConfig
-    from robotrl.data import Dataset, DatasetCard
 
-    n, obs_dim, act_dim = 10_000, 17, 6  # HalfCheetah's shapes, synthetic transitions
-    g = torch.Generator().manual_seed(0)
-    data = Dataset(torch.randn(n, obs_dim, generator=g), torch.rand(n, act_dim, generator=g) * 2 - 1,
-                   torch.randn(n, generator=g), torch.randn(n, obs_dim, generator=g),
-                   torch.zeros(n, dtype=torch.bool), torch.arange(n) % 1000 == 999,
-                   torch.arange(0, n, 1000), DatasetCard(task="", kind="medium"))
+    obs_dim, act_dim = 17, 6  # HalfCheetah's shapes
     alg = CQL(obs_dim, -torch.ones(act_dim), torch.ones(act_dim),
               CQLConfig(updates_per_iteration=k), seed=0)
-    alg.attach(data)
+    alg.attach(synthetic_dataset(10_000, obs_dim, act_dim))
     return lambda: alg.update()
 
 

@@ -41,24 +41,19 @@ import sys
 import time
 from typing import Any
 
-from common import banner, check, machine_meta, print_checks, warn_if_loaded, write_json
+from common import (
+    banner,
+    check,
+    machine_meta,
+    print_checks,
+    synthetic_dataset,
+    warn_if_loaded,
+    write_json,
+)
 from rich.console import Console
 
 console = Console()
 WARMUP = 20
-
-
-def synthetic(rows: int, obs_dim: int, act_dim: int) -> Any:
-    import torch
-
-    from robotrl.data import Dataset, DatasetCard
-
-    g = torch.Generator().manual_seed(0)
-    return Dataset(torch.randn(rows, obs_dim, generator=g),
-                   torch.rand(rows, act_dim, generator=g) * 2 - 1,
-                   torch.randn(rows, generator=g), torch.randn(rows, obs_dim, generator=g),
-                   torch.arange(rows) % 1000 == 999, torch.zeros(rows, dtype=torch.bool),
-                   torch.arange(0, rows, 1000), DatasetCard(task="", kind="medium"))
 
 
 ONLINE = ("sac", "crossq", "fasttd3")
@@ -75,7 +70,7 @@ def build(args: argparse.Namespace, seeds: list[int], device: Any = "cpu",
     from robotrl.registry import algorithm, resolve
     from robotrl.seeding import seed_everything
 
-    data = synthetic(args.rows, args.obs_dim, args.act_dim)
+    data = synthetic_dataset(args.rows, args.obs_dim, args.act_dim)
     low, high = -torch.ones(args.act_dim), torch.ones(args.act_dim)
     entry = algorithm(args.algo)
     if args.algo not in ONLINE:
