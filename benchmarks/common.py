@@ -48,19 +48,6 @@ COLOURS = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}
 
 
 # ---------------------------------------------------------------------------- the machine
-def synthetic_dataset(rows: int, obs_dim: int, act_dim: int) -> Any:
-    """An offline ``Dataset`` of random transitions (seed 0), episodes of 1000 rows ending in a
-    termination: speed measurements, where the values do not matter."""
-    from robotrl.data import Dataset, DatasetCard
-
-    g = torch.Generator().manual_seed(0)
-    return Dataset(torch.randn(rows, obs_dim, generator=g),
-                   torch.rand(rows, act_dim, generator=g) * 2 - 1,
-                   torch.randn(rows, generator=g), torch.randn(rows, obs_dim, generator=g),
-                   torch.arange(rows) % 1000 == 999, torch.zeros(rows, dtype=torch.bool),
-                   torch.arange(0, rows, 1000), DatasetCard(task="", kind="medium"))
-
-
 def cpu_name() -> str:
     """The CPU model with its family and model numbers (``AMD EPYC (family 25, model 17)``:
     virtual machines often hide the marketing name, and the generation decides which float32
@@ -190,6 +177,20 @@ def sb3_eval(task: str, episodes: int, seed: int) -> Callable[[PolicyFn], dict[s
     env = robotrl.envs.make(task, episodes, backend="gymnasium",
                             seed=derive_seed(seed, "eval-env"))
     return lambda policy: evaluate(policy, env, seed=derive_seed(seed, "eval-reset"))
+
+
+# ---------------------------------------------------------------------------- synthetic data
+def synthetic_dataset(rows: int, obs_dim: int, act_dim: int) -> Any:
+    """An offline ``Dataset`` of random transitions (seed 0), episodes of 1000 rows ending in a
+    termination: speed measurements, where the values do not matter."""
+    from robotrl.data import Dataset, DatasetCard
+
+    g = torch.Generator().manual_seed(0)
+    return Dataset(torch.randn(rows, obs_dim, generator=g),
+                   torch.rand(rows, act_dim, generator=g) * 2 - 1,
+                   torch.randn(rows, generator=g), torch.randn(rows, obs_dim, generator=g),
+                   torch.arange(rows) % 1000 == 999, torch.zeros(rows, dtype=torch.bool),
+                   torch.arange(0, rows, 1000), DatasetCard(task="", kind="medium"))
 
 
 # ---------------------------------------------------------------------------- ours' runner
