@@ -78,6 +78,24 @@ def test_peer_runs_our_hyperparameters(pendulum):
                     plain(tables["DEFAULTS"][algo][key])), (algo, key)
 
 
+def test_every_d3rlpy_variant_grid_matches_the_checked_one():
+    """A grid that restates the d3rlpy peer (a grid refuses peer algorithms it does not run, so
+    a variant cannot inherit the block) runs each algorithm with offline_vs_d3rlpy.yaml's
+    options on both sides: the options checked field for field above."""
+    base = load_grid(GRIDS / "offline_vs_d3rlpy.yaml")
+    variants = list(map(load_grid, sorted(GRIDS.glob("offline_vs_d3rlpy_*.yaml"))))
+    assert variants
+    for grid in variants:
+        peer, ref = grid.peers["d3rlpy"], base.peers["d3rlpy"]
+        assert grid.overrides == base.overrides, grid.name
+        for algo in peer.algos:
+            assert peer.algos[algo] == ref.algos[algo], (grid.name, algo)
+            assert peer.options[algo] == ref.options[algo], (grid.name, algo)
+            assert grid.algos[algo] == base.algos[algo], (grid.name, algo)
+        for key in ("episodes", "eval_every", "threads", "device"):
+            assert peer.options[key] == ref.options[key], (grid.name, key)
+
+
 @pytest.mark.reference
 def test_bc_against_d3rlpy_end_to_end(pendulum, tmp_path):
     """The shipped grid cut to BC, one seed, 200 updates, 2 episodes: both cells run, the
