@@ -22,7 +22,8 @@ Hyperparameters, each step over the one before:
    ``robotrl train algo=<ours> env=<task> <overrides>`` composes it (``configs/tuned/``
    included), mapped onto SB3's arguments (``ppo_from_ours``, ``trpo_from_ours``: the same
    networks, rollout batch over ``n_envs`` sub-envs, minibatches, epochs, discount, GAE, clip
-   or trust region; ``VecNormalize`` for ours' observation normalization and reward scaling).
+   or trust region and its schedule; ``VecNormalize`` for ours' observation normalization and
+   reward scaling).
    ``n_envs`` defaults to ours' ``num_envs``, so SB3 collects the same shape of rollout: the
    batch alone is not enough, since GAE stops at the rollout's end and bootstraps from the
    critic there (128 worlds x 16 steps leave about 60% of its weight on Walker2d to the critic,
@@ -79,7 +80,7 @@ ALGOS = {"PPO": "stable_baselines3", "SAC": "stable_baselines3", "TD3": "stable_
          "TRPO": "sb3_contrib", "CrossQ": "sb3_contrib"}
 """The algorithms this peer runs -> the package that has them."""
 ON_POLICY = ("PPO", "TRPO")
-SPECIAL = ("n_envs", "normalize", "noise_type", "noise_std")
+SPECIAL = ("n_envs", "normalize", "noise_type", "noise_std", "target_kl_schedule")
 """Hyperparameter keys that are not constructor arguments (see the module docstring)."""
 
 # ---------------------------------------------------------------------------- rl-zoo defaults
@@ -207,7 +208,20 @@ def trpo_from_ours(cfg: Any, n_envs: int, act_dim: int) -> tuple[dict[str, Any],
               line_search_max_iter=algo.line_search_steps, n_critic_updates=algo.critic_epochs,
               normalize_advantage=algo.normalize_advantages,
               target_kl=algo.kl_bound(act_dim) / act_dim)
+    if algo.kl_schedule != "fixed":  # applied before each update by anneal_target_kl
+        hp["target_kl_schedule"] = algo.kl_schedule
     return hp, notes
+
+
+def anneal_target_kl(model: Any, hp: dict[str, Any], budget: int) -> None:
+    """Set an sb3-contrib TRPO's ``target_kl`` for the update its rollout (just collected) is
+    about to make: ``hp['target_kl']`` scaled by ours' ``KL_SCHEDULES[target_kl_schedule]`` at
+    the fraction of ``budget`` done, the fraction ours' runner passes to that update."""
+    schedule = hp.get("target_kl_schedule")
+    if schedule is not None:
+        from robotrl.algos.trpo import KL_SCHEDULES
+
+        model.target_kl = hp["target_kl"] * KL_SCHEDULES[schedule](model.num_timesteps / budget)
 
 
 MAPPINGS: dict[str, Callable[[Any, int, int], tuple[dict[str, Any], list[str]]]] = {
@@ -467,6 +481,7 @@ def main(argv: list[str]) -> int:
             return True
 
         def _on_rollout_end(self) -> None:
+            anneal_target_kl(model, hp, cell.budget)
             if self.save:  # the rollout's transitions stored, its update not yet made
                 cell.save_state(self.num_timesteps, sb3_state(model))
                 self.save = False

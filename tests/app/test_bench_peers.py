@@ -111,6 +111,47 @@ def test_sb3_peer_collects_our_rollout_shape(tmp_path, options, expected):
     assert "robotrl's composed config" in mapped["source"]
 
 
+TRUST_REGION = """
+import importlib.util, json, sys, types
+spec = importlib.util.spec_from_file_location("sb3_peer", sys.argv[1])
+peer = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(peer)
+hp, source, notes = peer.hyperparameters(peer.PeerCell(sys.argv[2]), 6)
+model = types.SimpleNamespace(target_kl=None)
+radii = []
+for done in (4096, 500_000, 1_000_000):  # the steps collected when each update is made
+    model.num_timesteps = done
+    peer.anneal_target_kl(model, hp, 1_000_000)
+    radii.append(model.target_kl)
+print(json.dumps({"target_kl": hp["target_kl"], "radii": radii}))
+"""
+
+
+@pytest.mark.parametrize(("overrides", "schedule"), [
+    ([], "linear"),                            # configs/tuned/trpo_walker2d.yaml anneals
+    pytest.param(["algo.kl_schedule=fixed"], "fixed", marks=pytest.mark.slow),
+])
+def test_sb3_trpo_peer_anneals_its_trust_region_as_ours_does(tmp_path, overrides, schedule):
+    """Our TRPO config with an annealed trust region (walker2d's tuned file) maps onto
+    sb3-contrib's TRPO with ``target_kl`` annealed the same way before every update: the radius
+    each of ours' updates uses (``KL_SCHEDULES`` at the fraction of the budget collected),
+    over sb3-contrib's per-dimension KL; a fixed radius stays fixed."""
+    cell = tmp_path / "cell.json"
+    cell.write_text(json.dumps({
+        "algo": "TRPO", "our_algo": "trpo", "target": "walker2d", "offline": False,
+        "seed": 0, "budget": 1_000_000, "run_dir": str(tmp_path / "run"),
+        "options": {"overrides": {"trpo": overrides}}}))
+    out = subprocess.run([sys.executable, "-c", TRUST_REGION, str(SCRIPT), str(cell)],
+                         check=True, capture_output=True, text=True).stdout
+    mapped = json.loads(out.strip().splitlines()[-1])
+    base = 0.09 / 6  # the tuned file's max_kl on the summed KL, over 6 action dimensions
+    assert mapped["target_kl"] == pytest.approx(base)
+    if schedule == "linear":
+        assert mapped["radii"] == pytest.approx([base * (1 - 4096 / 1e6), base / 2, 0.0])
+    else:  # sb3-contrib's own fixed target_kl, never touched
+        assert mapped["radii"] == [None, None, None]
+
+
 def _peer_cell(run: Path, algo: str, seed: int = 0) -> Path:
     run.mkdir(parents=True)
     (run / "cell.json").write_text(json.dumps({
