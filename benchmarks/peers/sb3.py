@@ -192,7 +192,9 @@ def trpo_from_ours(cfg: Any, n_envs: int, act_dim: int) -> tuple[dict[str, Any],
     """``sb3_contrib.TRPO`` arguments equal to ours' composed ``cfg`` where it has them, and
     the notes. One rollout of ours (rollout_steps x num_envs) is one of SB3 (n_steps x n_envs); the
     critic sees the same minibatch size and passes. sb3-contrib averages the KL over action
-    dimensions where ours sums them: ``target_kl = kl_bound(act_dim) / act_dim``."""
+    dimensions where ours sums them, so its trust region and its Fisher matrix are ours over
+    ``act_dim``: ``target_kl = kl_bound(act_dim) / act_dim``, ``cg_damping = ours / act_dim``
+    (tests/reference/test_sb3_contrib.py matches the two update for update so)."""
     algo = cfg.algo
     hp, notes = _on_policy_common(algo, n_envs)
     batch, n_steps, more = _rollout(algo, cfg.num_envs, n_envs)
@@ -201,9 +203,13 @@ def trpo_from_ours(cfg: Any, n_envs: int, act_dim: int) -> tuple[dict[str, Any],
         notes.append(f"ours computes the Fisher-vector products on {algo.fvp_fraction:g} of the "
                      "rollout; sb3-contrib on all of it (its sub_sampling_factor would subsample "
                      "the gradient and line search too)")
+    if not algo.reverse_kl:
+        notes.append("ours' line search bounds KL(old || new), sb3-contrib's KL(new || old) "
+                     "(the same Fisher matrix; ours' reverse_kl=true is sb3-contrib's order)")
     hp.update(learning_rate=algo.critic_lr, n_steps=n_steps,
               batch_size=batch // algo.critic_minibatches, gamma=algo.gamma,
-              gae_lambda=algo.gae_lambda, cg_max_steps=algo.cg_iters, cg_damping=algo.cg_damping,
+              gae_lambda=algo.gae_lambda, cg_max_steps=algo.cg_iters,
+              cg_damping=algo.cg_damping / act_dim,
               line_search_shrinking_factor=algo.backtrack,
               line_search_max_iter=algo.line_search_steps, n_critic_updates=algo.critic_epochs,
               normalize_advantage=algo.normalize_advantages,

@@ -123,7 +123,7 @@ for done in (4096, 500_000, 1_000_000):  # the steps collected when each update 
     model.num_timesteps = done
     peer.anneal_target_kl(model, hp, 1_000_000)
     radii.append(model.target_kl)
-print(json.dumps({"target_kl": hp["target_kl"], "radii": radii}))
+print(json.dumps({"target_kl": hp["target_kl"], "cg_damping": hp["cg_damping"], "radii": radii}))
 """
 
 
@@ -135,7 +135,8 @@ def test_sb3_trpo_peer_anneals_its_trust_region_as_ours_does(tmp_path, overrides
     """Our TRPO config with an annealed trust region (walker2d's tuned file) maps onto
     sb3-contrib's TRPO with ``target_kl`` annealed the same way before every update: the radius
     each of ours' updates uses (``KL_SCHEDULES`` at the fraction of the budget collected),
-    over sb3-contrib's per-dimension KL; a fixed radius stays fixed."""
+    over sb3-contrib's per-dimension KL (its Fisher matrix, so its damping, too); a fixed
+    radius stays fixed."""
     cell = tmp_path / "cell.json"
     cell.write_text(json.dumps({
         "algo": "TRPO", "our_algo": "trpo", "target": "walker2d", "offline": False,
@@ -146,6 +147,7 @@ def test_sb3_trpo_peer_anneals_its_trust_region_as_ours_does(tmp_path, overrides
     mapped = json.loads(out.strip().splitlines()[-1])
     base = 0.09 / 6  # the tuned file's max_kl on the summed KL, over 6 action dimensions
     assert mapped["target_kl"] == pytest.approx(base)
+    assert mapped["cg_damping"] == pytest.approx(0.1 / 6)  # ours' 0.1 on the summed KL
     if schedule == "linear":
         assert mapped["radii"] == pytest.approx([base * (1 - 4096 / 1e6), base / 2, 0.0])
     else:  # sb3-contrib's own fixed target_kl, never touched
