@@ -82,11 +82,15 @@ def test_sb3_peer_cell_reads_like_a_robotrl_cell(tmp_path):
     assert row.count("(n=1, ") == 2 and "[" not in row  # one run each: no interval shown
 
 
-MAPPING = """
-import importlib.util, json, sys
+LOAD_PEER = """
+import importlib.util, json, sys, types
 spec = importlib.util.spec_from_file_location("sb3_peer", sys.argv[1])
 peer = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(peer)
+"""
+"""The preamble of the scripts below: the peer script (argv[1]) loaded as ``peer``."""
+
+MAPPING = LOAD_PEER + """
 hp, source, notes = peer.hyperparameters(peer.PeerCell(sys.argv[2]), 1)
 print(json.dumps({"n_envs": hp["n_envs"], "n_steps": hp["n_steps"], "source": source}))
 """
@@ -111,11 +115,7 @@ def test_sb3_peer_collects_our_rollout_shape(tmp_path, options, expected):
     assert "robotrl's composed config" in mapped["source"]
 
 
-TRUST_REGION = """
-import importlib.util, json, sys, types
-spec = importlib.util.spec_from_file_location("sb3_peer", sys.argv[1])
-peer = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(peer)
+TRUST_REGION = LOAD_PEER + """
 hp, source, notes = peer.hyperparameters(peer.PeerCell(sys.argv[2]), 6)
 model = types.SimpleNamespace(target_kl=None)
 radii = []
