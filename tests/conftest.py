@@ -3,17 +3,27 @@ the pure-torch toy environment the learners' learning checks run on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+import ctypes.util
+import os
 
-import pytest
-import torch
+# Offscreen OpenGL for the tests that render (their child processes inherit it), set here,
+# before anything imports MuJoCo, which reads MUJOCO_GL at its first import. Only where an EGL
+# library is installed: without one MUJOCO_GL=egl makes `import mujoco` itself fail, which
+# failed every test that starts a robotrl process (seen on a GPU machine without libEGL).
+if ctypes.util.find_library("EGL"):
+    os.environ.setdefault("MUJOCO_GL", "egl")
 
-from robotrl.config import TrainConfig, from_dict
-from robotrl.registry import algo_config_class, learner_class
-from robotrl.types import BatchedEnv, BuildContext, EnvSpec, Obs, ObsSpec, StepOut
+from collections.abc import Callable, Iterator  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from robotrl.config import TrainConfig, from_dict  # noqa: E402
+from robotrl.registry import algo_config_class, learner_class  # noqa: E402
+from robotrl.types import BatchedEnv, BuildContext, EnvSpec, Obs, ObsSpec, StepOut  # noqa: E402
 
 # One intra-op thread: the tests' tensors are small, and torch's worker threads only contend
 # with the simulator's pool and with each other on CI's 2 cores (measured: a 64-block residual

@@ -3,25 +3,23 @@ colours, depth, shapes and bad input.
 
 The Renderer's references are drawn in a child process: MuJoCo picks its OpenGL backend from
 ``MUJOCO_GL`` when it is first imported, which in a full test run happened long before this
-module (without it a headless machine has no GL), and the child imports nothing but MuJoCo.
+module (without it a headless machine has no GL; ``tests/conftest.py`` sets ``MUJOCO_GL=egl``
+where an EGL library is installed), and the child imports nothing but MuJoCo.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
-os.environ.setdefault("MUJOCO_GL", "egl")
+import mujoco
+import numpy as np
+import pytest
+import torch
+from mujoco.batch import Batch
 
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-
-import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from mujoco.batch import Batch  # noqa: E402
-
-from robotrl.envs.camera import BACKGROUND, RayCamera  # noqa: E402
+from robotrl.envs.camera import BACKGROUND, RayCamera
 
 SCENE_XML = """
 <mujoco model="camera_test">

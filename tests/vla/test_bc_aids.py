@@ -4,22 +4,18 @@ what it was."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-os.environ.setdefault("MUJOCO_GL", "egl")
-
-from robotrl.algos.offline.bc import BCConfig, TokenBC  # noqa: E402
-from robotrl.algos.offline.losses import auxiliary_mse  # noqa: E402
-from robotrl.data.dataset import Dataset, DatasetCard, DatasetError  # noqa: E402
-from robotrl.envs import make  # noqa: E402
-from robotrl.envs.wrappers import ActionChunks  # noqa: E402
-from robotrl.registry import build_policy  # noqa: E402
-from robotrl.runners.collect import collect  # noqa: E402
-from robotrl.vla.policy import token_cross_entropy  # noqa: E402
-from robotrl.vla.transformer import VLAConfig  # noqa: E402
+from robotrl.algos.offline.bc import BCConfig, TokenBC
+from robotrl.algos.offline.losses import auxiliary_mse
+from robotrl.data.dataset import Dataset, DatasetCard, DatasetError
+from robotrl.envs import make
+from robotrl.envs.wrappers import ActionChunks
+from robotrl.registry import build_policy
+from robotrl.runners.collect import collect
+from robotrl.vla.policy import token_cross_entropy
+from robotrl.vla.transformer import VLAConfig
 
 GROUPS = ("policy", "tokens", "image")
 ALL = (*GROUPS, "target")

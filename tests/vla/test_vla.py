@@ -3,20 +3,16 @@ chunks, BC and GRPO on token policies."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-os.environ.setdefault("MUJOCO_GL", "egl")
-
-from robotrl.algos.grpo import GRPO, GRPOConfig  # noqa: E402
-from robotrl.envs import make  # noqa: E402
-from robotrl.envs.tasks.tabletop import HELD_OUT, SHAPES, VOCAB  # noqa: E402
-from robotrl.envs.wrappers import ActionChunks  # noqa: E402
-from robotrl.registry import build_policy  # noqa: E402
-from robotrl.vla import ActionTokenizer, policy_from_arch  # noqa: E402
-from robotrl.vla.transformer import VLAConfig, VLATransformer  # noqa: E402
+from robotrl.algos.grpo import GRPO, GRPOConfig
+from robotrl.envs import make
+from robotrl.envs.tasks.tabletop import HELD_OUT, SHAPES, VOCAB
+from robotrl.envs.wrappers import ActionChunks
+from robotrl.registry import build_policy
+from robotrl.vla import ActionTokenizer, policy_from_arch
+from robotrl.vla.transformer import VLAConfig, VLATransformer
 
 GROUPS = ("policy", "tokens", "image")
 

@@ -7,7 +7,6 @@ refused before anything is written. Tiny random models only; nothing is download
 from __future__ import annotations
 
 import copy
-import os
 import subprocess
 import sys
 import warnings
@@ -17,24 +16,22 @@ from typing import Any
 import pytest
 import torch
 
-os.environ.setdefault("MUJOCO_GL", "egl")
-
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from robotrl.algos.grpo import GRPO, GRPOConfig  # noqa: E402
-from robotrl.algos.offline.bc import BCConfig, TokenBC  # noqa: E402
-from robotrl.checkpoint import load_checkpoint  # noqa: E402
-from robotrl.cli.dataset import collect_main  # noqa: E402
-from robotrl.config import TrainConfig, from_dict  # noqa: E402
-from robotrl.envs import make  # noqa: E402
-from robotrl.envs.wrappers import ActionChunks  # noqa: E402
-from robotrl.experiment import run_training  # noqa: E402
-from robotrl.experiment.build import build_runner  # noqa: E402
-from robotrl.registry import build_policy  # noqa: E402
-from robotrl.seeding import seed_everything  # noqa: E402
-from robotrl.vla import policy_from_arch  # noqa: E402
-from robotrl.vla.hf import HFPolicyConfig, HFTokenPolicy, LoRAReference  # noqa: E402
+from robotrl.algos.grpo import GRPO, GRPOConfig
+from robotrl.algos.offline.bc import BCConfig, TokenBC
+from robotrl.checkpoint import load_checkpoint
+from robotrl.cli.dataset import collect_main
+from robotrl.config import TrainConfig, from_dict
+from robotrl.envs import make
+from robotrl.envs.wrappers import ActionChunks
+from robotrl.experiment import run_training
+from robotrl.experiment.build import build_runner
+from robotrl.registry import build_policy
+from robotrl.seeding import seed_everything
+from robotrl.vla import policy_from_arch
+from robotrl.vla.hf import HFPolicyConfig, HFTokenPolicy, LoRAReference
 
 GROUPS = ("policy", "tokens", "image")
 OPTIONS = {"templates": ["reach"], "image_size": 16}
