@@ -331,7 +331,16 @@ def make(
     with their types and the task's fields); TypeError for a backend option of the wrong type.
     """
     entry = backend_entry(backend)
+    backend_options, task_options = check_options(task, backend, **options)
+    return entry.constructor(task, num_envs, device, seed, task_options, **backend_options)
+
+
+def check_options(task: str, backend: str = "mujoco",
+                  **options: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``make``'s option checks without making anything: (backend options, task options), or
+    the ValueError or TypeError ``make`` would raise."""
+    entry = backend_entry(backend)
     backend_options = {k: v for k, v in options.items() if k in entry.options}
     task_options = {k: v for k, v in options.items() if k not in entry.options}
     _check_options(backend, entry, task, backend_options, task_options)
-    return entry.constructor(task, num_envs, device, seed, task_options, **backend_options)
+    return backend_options, task_options

@@ -216,6 +216,11 @@ class EnvConfig:
     """Task name (``robotrl.envs.list_tasks()``) or, on the gymnasium backend, a Gymnasium id."""
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Task config overrides, e.g. ``{ctrl_cost_weight: 0.2, max_episode_steps: 500}``."""
+    train_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Task config overrides for the training worlds alone, over ``options``; evaluation (and
+    ``robotrl eval``, export and gap) keeps ``options``. E.g. ``{max_episode_steps: 200}``:
+    shorter training episodes (truncated, so bootstrapped) scored on the task's full length.
+    They must leave the observation and action sizes as they are."""
 
 
 @dataclasses.dataclass

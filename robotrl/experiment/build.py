@@ -24,8 +24,9 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
     """The simulator for ``cfg`` (the runner adds episode statistics to training envs), with
     the observation groups the learner reads.
 
-    Training envs use ``cfg.randomization``; evaluation envs (``train=False``) the nominal
-    physics unless ``randomization`` (a preset name or config) is given.
+    Training envs use ``cfg.randomization`` and ``cfg.env.train_options`` over the task
+    options; evaluation envs (``train=False``) the task options and the nominal physics unless
+    ``randomization`` (a preset name or config) is given.
     """
     learner = algorithm(cfg.algo).learner_class()
     observations = learner.observations(cfg.algo)
@@ -36,7 +37,7 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
         # and the privileged groups a token learner's auxiliary losses read (never the policy)
         extra = getattr(learner, "token_observations", None)
         observations = (*TokenPolicy.observations, *(extra(cfg.algo) if extra else ()))
-    kwargs = dict(cfg.env.options)
+    kwargs = {**cfg.env.options, **(cfg.env.train_options if train else {})}
     if cfg.backend.name == "mujoco":
         kwargs["num_threads"] = cfg.backend.num_threads
     dr = cfg.randomization if train else randomization
@@ -163,6 +164,10 @@ def build_runner(cfg: TrainConfig) -> Runner:
     if runner_cls.learns_from == "dataset":
         from robotrl.data import load_dataset
 
+        if cfg.env.train_options:
+            raise ValueError(f"env.train_options sets the training worlds; algo={cfg.algo.name} "
+                             f"learns from a dataset and has none (use env.options)")
+
         spec = make_eval_env().spec
         source: Any = load_dataset(cfg.dataset, cfg.device)
         if policy_name(cfg.policy) == "mlp":  # a token learner checks its groups at attach
@@ -170,6 +175,14 @@ def build_runner(cfg: TrainConfig) -> Runner:
         alg = build_algo(cfg, spec)
     else:  # each rank of a data-parallel run its own worlds (rank 0: the run seed)
         source = build_env(cfg, cfg.num_envs, distributed.current().seed(cfg.seed))
+        if cfg.env.train_options:  # the policy trained on them is evaluated on the task's
+            spec = make_eval_env().spec
+            for what in ("observations", "action_dim"):
+                if getattr(source.spec, what) != getattr(spec, what):
+                    raise ValueError(
+                        f"env.train_options={cfg.env.train_options} change the {what} of the "
+                        f"training worlds ({getattr(source.spec, what)}, the evaluation worlds "
+                        f"{getattr(spec, what)}); set options that change it in env.options")
         alg = build_algo(cfg, source.spec)
     if cfg.init and not cfg.resume:  # a resumed run's checkpoint has the weights already
         init_from(alg, cfg, source.spec if runner_cls.learns_from == "env" else spec)

@@ -92,7 +92,7 @@ def check_overrides(overrides: list[str]) -> None:
                                   f"{list(POLICIES)}")
             allowed = _fields(policy_config_class(chosen["policy"]))
         elif parts[0] in nested:
-            if parts[0] == "env" and parts[1] == "options":
+            if parts[0] == "env" and parts[1] in ("options", "train_options"):
                 continue  # task options are checked by the task's own config
             allowed = nested[parts[0]]
         else:
@@ -267,13 +267,16 @@ def validate(cfg: TrainConfig) -> None:
     the config alone decides) and the backend and task lists of ``robotrl.envs``."""
     from robotrl.config import validate as validate_values
     from robotrl.envs import list_tasks
-    from robotrl.envs.registry import BACKEND_TABLE
+    from robotrl.envs.registry import BACKEND_TABLE, check_options
 
     if cfg.backend.name not in BACKEND_TABLE:
         raise ValueError(f"unknown backend {cfg.backend.name!r}; available: {list(BACKEND_TABLE)}")
     if cfg.backend.name == "mujoco" and cfg.env.task not in list_tasks():
         raise ValueError(f"unknown task {cfg.env.task!r}; available tasks: {list_tasks()}")
     validate_values(cfg)
+    if cfg.env.options or cfg.env.train_options:  # their names, before a run directory exists
+        check_options(cfg.env.task, cfg.backend.name,
+                      **{**cfg.env.options, **cfg.env.train_options})
     if cfg.logger.wandb:  # a missing extra found before the run directory is touched
         from robotrl.logging import import_wandb
 

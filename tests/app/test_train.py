@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from robotrl.config import TrainConfig
-from robotrl.experiment import run_training
+from robotrl.experiment import check_overrides, run_training
 from robotrl.experiment.build import build_runner
 from robotrl.runners.base import Runner
 from robotrl.seeding import seed_everything
@@ -81,6 +81,27 @@ def test_nan_stops_and_keeps_last_good_checkpoint(tmp_path: Path, make_config: M
     with pytest.raises(FloatingPointError, match="Last good checkpoint"):
         runner.train()
     assert ckpt.read_bytes() == before
+
+
+def test_train_options_set_the_training_worlds_alone(tmp_path: Path,
+                                                   make_config: MakeConfig) -> None:
+    """``env.train_options`` (5-step training episodes here) reach the training worlds and not
+    the evaluation worlds, which keep ``env.options``; options that change what the policy sees
+    are refused, as are training options for a run without training worlds."""
+    env = {"task": "reacher", "options": {"max_episode_steps": 12},  # reacher never terminates
+           "train_options": {"max_episode_steps": 5}}
+    runner = build_runner(make_config(tmp_path / "run", env=env, total_steps=2 * 32))
+    assert runner.env is not None and runner.env.spec.max_episode_steps == 5
+    assert runner.evaluator is not None
+    assert runner.evaluator.make_env().spec.max_episode_steps == 12
+    runner.train()  # 4 worlds x 8 steps an iteration
+    assert set(runner.env.recent_lengths) == {5}
+    assert runner.evaluations[-1]["length_mean"] == 12
+    check_overrides(["env=reacher", "env.train_options.max_episode_steps=5"])  # the CLI's keys
+    cfg = make_config(tmp_path / "ant", env={
+        "task": "ant", "options": {}, "train_options": {"include_cfrc_ext_in_observation": False}})
+    with pytest.raises(ValueError, match="change the observations of the training worlds"):
+        build_runner(cfg)
 
 
 @pytest.mark.slow  # a learning run: it must reach a threshold

@@ -89,6 +89,20 @@ def test_cli_reports_bad_key_before_training(tmp_path) -> None:
     assert not (tmp_path / "config.yaml").exists()
 
 
+@pytest.mark.parametrize("key", ["env.options", "env.train_options"])
+def test_cli_reports_an_unknown_task_option_before_training(tmp_path, key) -> None:
+    """Checked before the run directory is made (it was found only when the worlds were built:
+    a traceback, exit 1)."""
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "robotrl.cli.main", "train", "env=reacher", f"{key}.bogus=1",
+         f"run_dir={run}"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "config error: unknown option(s) ['bogus'] for task 'reacher'" in proc.stderr
+    assert "'max_episode_steps'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not run.exists()
+
+
 def test_cli_reports_bad_type_before_training(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "robotrl.cli.main", "train", "num_envs=lots", f"run_dir={tmp_path}"],
