@@ -58,6 +58,8 @@ def train_main(argv: list[str]) -> None:
             raise SystemExit(2) from None
         except CheckpointError as err:  # unreadable resume=, or unwritable (disk full)
             refuse("checkpoint", err, cfg.run_dir)
+        except ConfigError as err:  # found when the worlds are built (env.train_options)
+            refuse("config", err, cfg.run_dir)
         except VideoUnavailable as err:  # logger.video=true where videos cannot be made
             refuse("video", err, cfg.run_dir)
         if result is not None or not cfg.distributed:  # data-parallel: rank 0 speaks for it

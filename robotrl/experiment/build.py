@@ -12,6 +12,7 @@ from robotrl import distributed
 from robotrl.checkpoint import CheckpointError, load_checkpoint, restoring
 from robotrl.config import RandomizationConfig, TrainConfig, from_dict, to_dict
 from robotrl.envs import BatchedEnv, EnvSpec, make
+from robotrl.experiment.compose import ConfigError
 from robotrl.logging import WandbSettings
 from robotrl.registry import algorithm, learner_class, policy_name
 from robotrl.runners.base import Runner, RunnerSettings
@@ -164,10 +165,6 @@ def build_runner(cfg: TrainConfig) -> Runner:
     if runner_cls.learns_from == "dataset":
         from robotrl.data import load_dataset
 
-        if cfg.env.train_options:
-            raise ValueError(f"env.train_options sets the training worlds; algo={cfg.algo.name} "
-                             f"learns from a dataset and has none (use env.options)")
-
         spec = make_eval_env().spec
         source: Any = load_dataset(cfg.dataset, cfg.device)
         if policy_name(cfg.policy) == "mlp":  # a token learner checks its groups at attach
@@ -179,7 +176,7 @@ def build_runner(cfg: TrainConfig) -> Runner:
             spec = make_eval_env().spec
             for what in ("observations", "action_dim"):
                 if getattr(source.spec, what) != getattr(spec, what):
-                    raise ValueError(
+                    raise ConfigError(
                         f"env.train_options={cfg.env.train_options} change the {what} of the "
                         f"training worlds ({getattr(source.spec, what)}, the evaluation worlds "
                         f"{getattr(spec, what)}); set options that change it in env.options")

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import torch
 
-from robotrl.config import TrainConfig
-from robotrl.experiment import check_overrides, run_training
+from robotrl.config import TrainConfig, from_dict
+from robotrl.experiment import ConfigError, check_overrides, run_training
 from robotrl.experiment.build import build_runner
+from robotrl.experiment.compose import validate
 from robotrl.runners.base import Runner
 from robotrl.seeding import seed_everything
 
@@ -100,8 +101,13 @@ def test_train_options_set_the_training_worlds_alone(tmp_path: Path,
     check_overrides(["env=reacher", "env.train_options.max_episode_steps=5"])  # the CLI's keys
     cfg = make_config(tmp_path / "ant", env={
         "task": "ant", "options": {}, "train_options": {"include_cfrc_ext_in_observation": False}})
-    with pytest.raises(ValueError, match="change the observations of the training worlds"):
+    with pytest.raises(ConfigError, match="change the observations of the training worlds"):
         build_runner(cfg)
+    offline = from_dict(TrainConfig, {  # refused when the config is validated
+        "algo": {"name": "bc"}, "dataset": str(tmp_path / "none.hdf5"), "run_dir": str(tmp_path),
+        "env": {"task": "reacher", "options": {}, "train_options": {"max_episode_steps": 5}}})
+    with pytest.raises(ConfigError, match="algo=bc learns from a dataset and has none"):
+        validate(offline)
 
 
 @pytest.mark.slow  # a learning run: it must reach a threshold
