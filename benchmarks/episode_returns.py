@@ -1,0 +1,102 @@
+"""One checkpoint's deterministic policy over many episodes: each episode's return, not only
+their mean, and which episodes an observation left a range in.
+
+    python benchmarks/episode_returns.py runs/.../checkpoints/last.pt --episodes 150
+    python benchmarks/episode_returns.py CKPT --episodes 150 --watch 1 --limit 1.5708
+
+A mean over 150 episodes can sit hundreds below the mean over 10 while every typical episode
+scores the same: a few episodes fail. This prints the returns' quantiles and the lowest
+returns; with ``--watch I --limit L`` it also counts the episodes in which component I of the
+policy observation ever exceeded L in magnitude, and the step it first did (HalfCheetah-v5's
+component 1 is the torso's pitch: past pi/2 the cheetah has turned over). Without ``--seed`` the
+worlds start as the run's own evaluation did (``robotrl eval`` without ``seed``), so the mean
+printed is the run's final score over the same number of episodes. ``--out FILE`` writes the
+per-episode values as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from common import machine_meta, write_json
+from rich.console import Console
+
+from robotrl.experiment.build import load_trained
+from robotrl.runners.evaluation import run_episodes
+from robotrl.types import policy_obs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint")
+    parser.add_argument("--episodes", type=int, default=150)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--watch", type=int, default=None,
+                        help="index of a policy-observation component to watch")
+    parser.add_argument("--limit", type=float, default=None,
+                        help="magnitude that component must exceed to count an episode")
+    parser.add_argument("--lowest", type=int, default=15, help="how many lowest returns to list")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    if (args.watch is None) != (args.limit is None):
+        parser.error("--watch and --limit go together")
+    if args.episodes < 1:
+        parser.error(f"--episodes must be >= 1, got {args.episodes}")
+    torch.set_num_threads(1)
+    run = load_trained(args.checkpoint, args.episodes, args.seed)
+    env, alg = run.env, run.alg
+    n = env.num_envs
+    peak = torch.zeros(n, dtype=torch.float64)
+    first = torch.full((n,), -1, dtype=torch.long)
+    done = torch.zeros(n, dtype=torch.bool)
+    step = [0]
+
+    def policy(obs: torch.Tensor) -> torch.Tensor:
+        if args.watch is not None:
+            flat = policy_obs(obs)
+            if not 0 <= args.watch < flat.shape[-1]:
+                raise SystemExit(f"error: --watch {args.watch} is outside the policy "
+                                 f"observation's {flat.shape[-1]} components")
+            value = flat[:, args.watch].abs().double().cpu()
+            live = ~done
+            peak.copy_(torch.where(live, torch.maximum(peak, value), peak))
+            crossed = live & (value > args.limit) & (first < 0)
+            first[crossed] = step[0]
+        step[0] += 1
+        return alg.act_deterministic(obs)
+
+    def on_step(_env: object, out: object) -> None:
+        done.logical_or_(out.terminated.cpu() | out.truncated.cpu())
+
+    episodes = run_episodes(env, run.reset(), policy, on_step=on_step)
+    returns = episodes["return"].cpu()
+    order = torch.argsort(returns)
+    q = torch.quantile(returns, torch.tensor([0.0, 0.05, 0.25, 0.5, 0.75, 1.0],
+                                              dtype=returns.dtype))
+    console = Console(soft_wrap=True)
+    std = returns.std(correction=0)  # as the runs' evaluations report it
+    console.print(f"{run.cfg.env.task}: return {returns.mean():.1f} ± {std:.1f} over {n} "
+                  f"episodes; min {q[0]:.0f}, 5% {q[1]:.0f}, 25% {q[2]:.0f}, median "
+                  f"{q[3]:.0f}, 75% {q[4]:.0f}, max {q[5]:.0f}")
+    for i in order[:args.lowest].tolist():
+        line = f"  episode {i}: return {returns[i]:.0f}, length {int(episodes['length'][i])}"
+        if args.watch is not None:
+            line += (f", max |obs[{args.watch}]| {peak[i]:.2f}"
+                     + (f", past {args.limit:g} from step {int(first[i])}" if first[i] >= 0 else ""))
+        console.print(line)
+    record = {"meta": machine_meta(), "checkpoint": args.checkpoint, "seed": args.seed,
+              "return": returns.tolist(), "length": episodes["length"].cpu().tolist()}
+    if args.watch is not None:
+        crossed = int((first >= 0).sum())
+        console.print(f"episodes with |obs[{args.watch}]| past {args.limit:g}: {crossed} of {n}, "
+                      f"their mean return {returns[first >= 0].mean():.1f}" if crossed else
+                      f"episodes with |obs[{args.watch}]| past {args.limit:g}: 0 of {n}")
+        record.update(watch=args.watch, limit=args.limit, peak=peak.tolist(),
+                      first_step=first.tolist())
+    if args.out:
+        write_json(args.out, record, console)
+
+
+if __name__ == "__main__":
+    main()
