@@ -277,10 +277,11 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.env.options or cfg.env.train_options:  # their names, before a run directory exists
         check_options(cfg.env.task, cfg.backend.name,
                       **{**cfg.env.options, **cfg.env.train_options})
-    entry = algorithm(cfg.algo)
-    if cfg.env.train_options and entry.runner_class().learns_from == "dataset":
-        raise ConfigError(f"env.train_options sets the training worlds; algo={entry.name} "
-                          f"learns from a dataset and has none (use env.options)")
+    if cfg.env.train_options:
+        entry = algorithm(cfg.algo)
+        if entry.runner == "offline":  # robotrl.config.validate's test of a dataset learner
+            raise ConfigError(f"env.train_options sets the training worlds; algo={entry.name} "
+                              f"learns from a dataset and has none (use env.options)")
     if cfg.logger.wandb:  # a missing extra found before the run directory is touched
         from robotrl.logging import import_wandb
 
