@@ -47,30 +47,26 @@ def main() -> None:
     run = load_trained(args.checkpoint, args.episodes, args.seed)
     env, alg = run.env, run.alg
     n = env.num_envs
-    peak = torch.zeros(n, dtype=torch.float64)
-    first = torch.full((n,), -1, dtype=torch.long)
-    done = torch.zeros(n, dtype=torch.bool)
-    step = [0]
+    obs = run.reset()
+    width = policy_obs(obs).shape[-1]
+    if args.watch is not None and not 0 <= args.watch < width:
+        raise SystemExit(f"error: --watch {args.watch} is outside the policy observation's "
+                         f"{width} components")
+    watched: list[torch.Tensor] = []  # per step, every world's |component|
 
     def policy(obs: torch.Tensor) -> torch.Tensor:
         if args.watch is not None:
-            flat = policy_obs(obs)
-            if not 0 <= args.watch < flat.shape[-1]:
-                raise SystemExit(f"error: --watch {args.watch} is outside the policy "
-                                 f"observation's {flat.shape[-1]} components")
-            value = flat[:, args.watch].abs().double().cpu()
-            live = ~done
-            peak.copy_(torch.where(live, torch.maximum(peak, value), peak))
-            crossed = live & (value > args.limit) & (first < 0)
-            first[crossed] = step[0]
-        step[0] += 1
+            watched.append(policy_obs(obs)[:, args.watch].abs().double().cpu())
         return alg.act_deterministic(obs)
 
-    def on_step(_env: object, out: object) -> None:
-        done.logical_or_(out.terminated.cpu() | out.truncated.cpu())
-
-    episodes = run_episodes(env, run.reset(), policy, on_step=on_step)
+    episodes = run_episodes(env, obs, policy)
     returns = episodes["return"].cpu()
+    if args.watch is not None:  # step t's observation is its episode's while t < length
+        values = torch.stack(watched, dim=1)  # [worlds, steps]
+        live = torch.arange(values.shape[1]) < episodes["length"].cpu()[:, None]
+        peak = values.masked_fill(~live, 0.0).max(dim=1).values
+        over = live & (values > args.limit)
+        first = torch.where(over.any(dim=1), over.long().argmax(dim=1), -1)
     order = torch.argsort(returns)
     q = torch.quantile(returns, torch.tensor([0.0, 0.05, 0.25, 0.5, 0.75, 1.0],
                                               dtype=returns.dtype))
