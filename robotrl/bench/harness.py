@@ -711,11 +711,14 @@ def _left(run: Path, budget: int) -> float:
     return max(0.0, 1.0 - step / budget)
 
 
-def estimate(entries: list[dict[str, Any]]) -> dict[int, tuple[float, bool]]:
-    """Minutes each unfinished cell of ``plan`` still needs: index -> (minutes, whether from
-    runs of its own algorithm, task and budget, or else of the same algorithm on the grid's other
-    tasks); cells with neither are left out. The mean wall clock of the finished runs (the
-    machines and loads they ran on: an estimate, not a promise)."""
+def estimate(entries: list[dict[str, Any]], elsewhere: dict[tuple[Any, ...], tuple[str, list[float]]]
+             | None = None) -> dict[int, tuple[float, str]]:
+    """Minutes each unfinished cell of ``plan`` still needs: index -> (minutes, where they come
+    from: ``""`` for runs of its own algorithm, task and budget in this grid, else the name of
+    another grid that ran that cell (``elsewhere``, from ``finished_elsewhere``), else ``"its
+    other tasks"`` for this grid's runs of the same algorithm on other tasks); cells with none
+    are left out. The mean wall clock of those finished runs (the machines, loads and evaluation
+    settings they ran with: an estimate, not a promise)."""
     def key(cell: Cell, task: bool) -> tuple[Any, ...]:
         return (cell.runner, cell.algo, cell.budget) + ((cell.target,) if task else ())
 
@@ -728,9 +731,34 @@ def estimate(entries: list[dict[str, Any]]) -> dict[int, tuple[float, bool]]:
     for i, e in enumerate(entries):
         if e["state"] not in TO_RUN:
             continue
-        for task in (True, False):
-            if key(e["cell"], task) in seconds:
-                s = seconds[key(e["cell"], task)]
-                out[i] = (sum(s) / len(s) / 60 * e.get("left", 1.0), task)
-                break
+        own, other = key(e["cell"], True), key(e["cell"], False)
+        source, s = (("", seconds[own]) if own in seconds
+                     else (elsewhere or {}).get(own) or ("its other tasks", seconds.get(other)))
+        if s:
+            out[i] = (sum(s) / len(s) / 60 * e.get("left", 1.0), source)
+    return out
+
+
+def finished_elsewhere(grid: Grid) -> dict[tuple[Any, ...], tuple[str, list[float]]]:
+    """The wall clock of finished runs in the other results files beside ``grid``'s (the
+    committed grids): (runner, algo, budget, target) -> (the first such grid's name, its runs'
+    seconds). What ``estimate`` goes by for a cell this grid has not run on its task yet."""
+    out: dict[tuple[Any, ...], tuple[str, list[float]]] = {}
+    mine = grid.results_path.resolve()
+    for path in sorted(grid.results_path.parent.glob("*.json")):
+        try:
+            if path.resolve() == mine:
+                continue
+            data = json.loads(path.read_text())
+            records = data["records"]
+            name = str(data["grid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a results file
+        for r in records if isinstance(records, list) else ():
+            seconds = r.get("train_seconds") if isinstance(r, dict) and "final" in r else None
+            if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+                continue
+            k = (r.get("runner"), r.get("algo"), r.get("budget"), r.get("target"))
+            if out.setdefault(k, (name, []))[0] == name:
+                out[k][1].append(float(seconds))
     return out

@@ -154,11 +154,11 @@ def _list(grid: Any) -> None:
     left to run with the minutes it should take, from the wall clock of the finished runs."""
     from collections import Counter
 
-    from robotrl.bench.harness import PLAN_STATES, TO_RUN, estimate, plan
+    from robotrl.bench.harness import PLAN_STATES, TO_RUN, estimate, finished_elsewhere, plan
     from robotrl.logging import console
 
     entries = plan(grid)
-    minutes = estimate(entries)
+    minutes = estimate(entries, finished_elsewhere(grid))
     for i, e in enumerate(entries):
         cell, state = e["cell"], e["state"]
         notes = []
@@ -172,8 +172,9 @@ def _list(grid: Any) -> None:
             notes.append("committed on another recording of its dataset: digest {} in the "
                          "results, {} on disk".format(*e["recording"]))
         if i in minutes:
+            where = minutes[i][1]
             notes.append(f"about {minutes[i][0]:.0f} min to run"
-                         + ("" if minutes[i][1] else " as on its other tasks"))
+                         + (f" as in {where}" if where else ""))
         console.print(f"{i:4d} {state:9s} {cell.label} -> {grid.run_dir(cell)}"
                       + (f" ({', '.join(notes)})" if notes else ""), highlight=False, soft_wrap=True)
     counts = Counter(e["state"] for e in entries)
@@ -184,8 +185,9 @@ def _list(grid: Any) -> None:
     if unknown == len(left):
         guess = "; no estimate: none has a finished run of its algorithm to go by"
     else:
-        guess = (f", about {hours:.1f} run-hours from the mean wall clock of this grid's finished "
-                 "runs of the same algorithm and task"
+        guess = (f", about {hours:.1f} run-hours from the mean wall clock of the finished runs "
+                 "of the same algorithm and task (this grid's, else another committed grid's, "
+                 "else this grid's on other tasks)"
                  + (f"; {unknown} with no finished run of their algorithm to go by"
                     if unknown else ""))
     console.print(f"{len(entries)} cells: {said}." + (

@@ -564,3 +564,30 @@ def test_list_says_what_is_left_and_only_missing_runs_just_that(pendulum, tmp_pa
         assert re.search(r"s1: started: 100 of 200 steps at its last checkpoint; normalized_score "
                          r"100.0 at its evaluation at 100 on another machine \(its checkpoint is "
                          r"not here: `robotrl bench run` starts it over\)", text), text
+
+
+def test_list_estimates_an_unrun_task_from_another_committed_grid(pendulum, tmp_path, capsys):
+    """A cell this grid has not run on its task yet is estimated from the same (runner, algo,
+    task, budget) in another results file beside the grid's (``as in`` that grid), before the
+    grid's runs of the algorithm on other tasks; files that are not results files are passed
+    over."""
+    import json
+
+    path = write_grid(tmp_path, pendulum, seeds=[0, 1], ope_updates=0)
+    grid = load_grid(path)
+    bc = next(c for c in grid.cells() if c.algo == "bc")
+    same = {"runner": bc.runner, "algo": "bc", "target": bc.target, "budget": bc.budget}
+    records = [dict(same, seed=0, final=1.0, train_seconds=540.0),
+               dict(same, seed=1, final=1.0, train_seconds=660.0),
+               dict(same, seed=2, train_seconds=6000.0),  # unfinished: not counted
+               dict(same, budget=bc.budget * 10, seed=0, final=1.0, train_seconds=9000.0)]
+    folder = grid.results_path.parent
+    folder.mkdir(parents=True)
+    (folder / "earlier.json").write_text(json.dumps({"grid": "earlier", "records": records}))
+    (folder / "notes.json").write_text(json.dumps([1, 2, 3]))
+    (folder / "broken.json").write_text("{")
+    bench_main(["list", str(path)])
+    said = capsys.readouterr()
+    out = " ".join((said.out + said.err).split())
+    assert out.count("(about 10 min to run as in earlier)") == 2, out  # mean of 9 and 11 min
+    assert "td3bc" in out and out.count("min to run") == 2, out  # nothing to go by for td3bc
