@@ -31,6 +31,7 @@ from rich.console import Console
 
 import robotrl.envs
 from robotrl.bench.harness import PEER_PROGRESS
+from robotrl.checkpoint import atomic_open
 from robotrl.config import TrainConfig, to_dict
 from robotrl.experiment import check_overrides, resolve_config, save_config, validate
 from robotrl.experiment.build import build_env, build_runner
@@ -117,11 +118,11 @@ def print_checks(console: Console, checks: list[dict[str, Any]],
 
 
 def write_json(path: str | Path, payload: dict[str, Any], console: Console) -> None:
-    """``payload`` to ``path`` (its folder made), objects JSON lacks as their ``str``."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+    """``payload`` to ``path`` (its folder made; a temp file renamed over it, so a crash leaves
+    the old file or the whole new one), objects JSON lacks as their ``str``."""
+    with atomic_open(path, "w") as f:
         json.dump(payload, f, indent=2, default=str)
-    console.print(f"figures written to {path}")
+    console.print(f"results written to {path}")
 
 
 def plain(x: Any) -> Any:
