@@ -6,9 +6,11 @@ their mean, and which episodes an observation left a range in.
 
 A mean over 150 episodes can sit hundreds below the mean over 10 while every typical episode
 scores the same: a few episodes fail. This prints the returns' quantiles and the lowest
-returns; with ``--watch I --limit L`` it also counts the episodes in which component I of the
-policy observation ever exceeded L in magnitude, and the step it first did (HalfCheetah-v5's
-component 1 is the torso's pitch: past pi/2 the cheetah has turned over). Without ``--seed`` the
+returns, and counts the episodes that ended before the task's time limit (a walker that fell),
+with their mean return and the others'. With ``--watch I --limit L`` it also counts the episodes
+in which component I of the policy observation ever exceeded L in magnitude, and the step it
+first did (HalfCheetah-v5's component 1 is the torso's pitch: past pi/2 the cheetah has turned
+over). Without ``--seed`` the
 worlds start as the run's own evaluation did (``robotrl eval`` without ``seed``), so the mean
 printed is the run's final score over the same number of episodes. ``--out FILE`` writes the
 per-episode values as JSON.
@@ -60,10 +62,10 @@ def main() -> None:
         return alg.act_deterministic(obs)
 
     episodes = run_episodes(env, obs, policy)
-    returns = episodes["return"].cpu()
+    returns, lengths = episodes["return"].cpu(), episodes["length"].cpu()
     if args.watch is not None:  # step t's observation is its episode's while t < length
         values = torch.stack(watched, dim=1)  # [worlds, steps]
-        live = torch.arange(values.shape[1]) < episodes["length"].cpu()[:, None]
+        live = torch.arange(values.shape[1]) < lengths[:, None]
         peak = values.masked_fill(~live, 0.0).max(dim=1).values
         over = live & (values > args.limit)
         first = torch.where(over.any(dim=1), over.long().argmax(dim=1), -1)
@@ -76,13 +78,22 @@ def main() -> None:
                   f"episodes; min {q[0]:.0f}, 5% {q[1]:.0f}, 25% {q[2]:.0f}, median "
                   f"{q[3]:.0f}, 75% {q[4]:.0f}, max {q[5]:.0f}")
     for i in order[:args.lowest].tolist():
-        line = f"  episode {i}: return {returns[i]:.0f}, length {int(episodes['length'][i])}"
+        line = f"  episode {i}: return {returns[i]:.0f}, length {int(lengths[i])}"
         if args.watch is not None:
             line += (f", max |obs[{args.watch}]| {peak[i]:.2f}"
                      + (f", past {args.limit:g} from step {int(first[i])}" if first[i] >= 0 else ""))
         console.print(line)
+    limit = env.spec.max_episode_steps
+    early = lengths < limit  # terminated (a fall, a flip the task ends on) before its time limit
+    if early.any():
+        console.print(f"episodes that ended before {limit} steps: {int(early.sum())} of {n}, at "
+                      f"steps {int(lengths[early].min())}-{int(lengths[early].max())}, their mean "
+                      f"return {returns[early].mean():.1f}"
+                      + (f"; the others' {returns[~early].mean():.1f}" if not early.all() else ""))
+    else:
+        console.print(f"episodes that ended before {limit} steps: 0 of {n}")
     record = {"meta": machine_meta(), "checkpoint": args.checkpoint, "seed": args.seed,
-              "return": returns.tolist(), "length": episodes["length"].cpu().tolist()}
+              "return": returns.tolist(), "length": lengths.tolist(), "max_episode_steps": limit}
     if args.watch is not None:
         crossed = int((first >= 0).sum())
         console.print(f"episodes with |obs[{args.watch}]| past {args.limit:g}: {crossed} of {n}, "

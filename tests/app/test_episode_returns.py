@@ -37,6 +37,8 @@ def test_per_episode_returns_average_to_the_runs_score(tmp_path, make_config):
     # every magnitude exceeds -1: each episode counts, from its first step
     assert record["first_step"] == [0, 0, 0]
     assert "3 of 3" in proc.stdout
+    early = sum(length < record["max_episode_steps"] for length in record["length"])
+    assert f"ended before {record['max_episode_steps']} steps: {early} of 3" in proc.stdout
 
     beyond = run_script(str(ckpt), "--episodes", "2", "--watch", "999", "--limit", "1")
     assert beyond.returncode != 0 and "--watch 999 is outside" in beyond.stderr
