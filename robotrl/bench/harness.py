@@ -692,11 +692,16 @@ def plan(grid: Grid) -> list[dict[str, Any]]:
             found = record
         if found is not None:
             entry["machine"] = found.get("machine", "")
-            seconds = found.get("train_seconds")
-            if isinstance(seconds, (int, float)) and math.isfinite(seconds):
-                entry["seconds"] = float(seconds)
+            if (seconds := _wall_clock(found)) is not None:
+                entry["seconds"] = seconds
         entries.append(entry)
     return entries
+
+
+def _wall_clock(record: dict[str, Any]) -> float | None:
+    """A record's ``train_seconds`` where it is a finite number (a cut run's is NaN)."""
+    seconds = record.get("train_seconds")
+    return float(seconds) if isinstance(seconds, (int, float)) and math.isfinite(seconds) else None
 
 
 def _left(run: Path, budget: int) -> float:
@@ -755,10 +760,10 @@ def finished_elsewhere(grid: Grid) -> dict[tuple[Any, ...], tuple[str, list[floa
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not a results file
         for r in records if isinstance(records, list) else ():
-            seconds = r.get("train_seconds") if isinstance(r, dict) and "final" in r else None
-            if not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+            seconds = _wall_clock(r) if isinstance(r, dict) and "final" in r else None
+            if seconds is None:
                 continue
             k = (r.get("runner"), r.get("algo"), r.get("budget"), r.get("target"))
             if out.setdefault(k, (name, []))[0] == name:
-                out[k][1].append(float(seconds))
+                out[k][1].append(seconds)
     return out
