@@ -469,12 +469,11 @@ def validate(cfg: TrainConfig) -> None:
         check = getattr(resolve(entry.seed_batch), "check_config", None)
         if check is not None:  # what a seed batch does not take (PPO: a shared backbone, ...)
             check(cfg.algo)
-    offline = entry.runner == "offline"
-    if offline and not cfg.dataset:
+    if entry.offline and not cfg.dataset:
         raise ValueError(f"algo={entry.name} learns from a dataset: give "
                          f"dataset=<Minari id | directory | file.hdf5>")
-    if cfg.dataset and not offline:
-        offline_algos = [n for n in ALGORITHMS if algorithm(n).runner == "offline"]
+    if cfg.dataset and not entry.offline:
+        offline_algos = [n for n, e in ALGORITHMS.items() if e.offline]
         raise ValueError(f"dataset= is for offline algorithms ({offline_algos}); "
                          f"algo={entry.name} collects its own data")
     if cfg.init:

@@ -43,6 +43,11 @@ class AlgorithmEntry:
     """Its seed-batched learner (``num_seeds > 1``: S copies trained by one update call, built
     from the S ordinary learners), or None where it has none yet."""
 
+    @property
+    def offline(self) -> bool:
+        """Whether it learns from a dataset (``dataset=``) rather than collecting its own data."""
+        return self.runner == "offline"
+
     def config_class(self) -> type:
         return resolve(self.config)
 

@@ -181,13 +181,13 @@ class Grid:
         from robotrl.registry import ALGORITHMS
 
         kind = "offline" if self.datasets else "online"
-        fits = [n for n, e in ALGORITHMS.items() if (e.runner == "offline") == bool(self.datasets)]
+        fits = [n for n, e in ALGORITHMS.items() if e.offline == bool(self.datasets)]
         for algo in self.algos:
             if algo not in fits:
                 raise ValueError(f"grid {self.name!r}: unknown {kind} algorithm {algo!r}; "
                                  f"available: {fits}")
         for algo, stage in self.init.items():
-            offline = [n for n, e in ALGORITHMS.items() if e.runner == "offline"]
+            offline = [n for n, e in ALGORITHMS.items() if e.offline]
             if algo not in self.algos:
                 raise ValueError(f"grid {self.name!r}: init names algorithm {algo!r} the grid "
                                  f"does not run ({sorted(self.algos)})")

@@ -279,7 +279,7 @@ def validate(cfg: TrainConfig) -> None:
                       **{**cfg.env.options, **cfg.env.train_options})
     if cfg.env.train_options:
         entry = algorithm(cfg.algo)
-        if entry.runner == "offline":  # robotrl.config.validate's test of a dataset learner
+        if entry.offline:
             raise ConfigError(f"env.train_options sets the training worlds; algo={entry.name} "
                               f"learns from a dataset and has none (use env.options)")
     if cfg.logger.wandb:  # a missing extra found before the run directory is touched

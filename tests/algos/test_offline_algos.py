@@ -23,7 +23,7 @@ from robotrl.registry import ALGORITHMS, algorithm, learner_class
 from robotrl.runners.collect import collect
 from robotrl.seeding import seed_everything
 
-OFFLINE = [name for name in ALGORITHMS if algorithm(name).runner == "offline"]
+OFFLINE = [name for name in ALGORITHMS if algorithm(name).offline]
 
 
 # ---------------------------------------------------------------------------- losses by hand
