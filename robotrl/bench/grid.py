@@ -65,6 +65,9 @@ class PeerConfig:
     """Interpreter of the peer's virtual environment ('' : this one); ``$VAR`` is expanded."""
     options: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Handed to the script with every cell (hyperparameters, evaluation episodes, ...)."""
+    targets: list[str] = dataclasses.field(default_factory=list)
+    """The grid's tasks or datasets it runs on ([]: every one): a peer beside a few of a large
+    grid's cells."""
 
 
 @dataclasses.dataclass
@@ -217,6 +220,10 @@ class Grid:
             if unknown:
                 raise ValueError(f"grid {self.name!r}: peer {peer!r} names algorithms "
                                  f"{unknown} the grid does not run ({sorted(self.algos)})")
+            unknown = sorted(set(p.targets) - set(self.targets))
+            if unknown:
+                raise ValueError(f"grid {self.name!r}: peer {peer!r} names targets {unknown}, "
+                                 f"not among the grid's targets {self.targets}")
 
     @property
     def targets(self) -> list[str]:
@@ -234,7 +241,7 @@ class Grid:
                                                             self.targets, self.algos):
             out.append(Cell(ROBOTRL, algo, target, seed, budget))
             out += [Cell(p, algo, target, seed, budget) for p, cfg in self.peers.items()
-                    if algo in cfg.algos]
+                    if algo in cfg.algos and (not cfg.targets or target in cfg.targets)]
         return out
 
     def run_dir(self, cell: Cell) -> Path:

@@ -289,6 +289,8 @@ def test_ope_command(pendulum, tmp_path):
     ({"budgets": [0]}, "budgets must be >= 1"),
     ({"peers": {"sb3": {"script": "x.py", "algos": {"sac": "SAC"}}}},
      "peer 'sb3' names algorithms \\['sac'\\]"),
+    ({"peers": {"d3": {"script": "x.py", "algos": {"bc": "BC"}, "targets": ["walker2d"]}}},
+     "peer 'd3' names targets \\['walker2d'\\], not among the grid's targets"),
     ({"orderings": [{"algo": "iql", "over": "bc"}]},
      "orderings\\[0\\].algo 'iql' is not one of the grid's algorithms \\['bc', 'td3bc'\\]"),
     ({"orderings": [{"algo": "td3bc", "over": "bc", "by": 10, "targets": ["walker2d"]}]},
@@ -317,6 +319,19 @@ def test_a_grid_extends_another_stating_only_what_differs(tmp_path, pendulum):
     (tmp_path / "orphan.yaml").write_text("extends: gone.yaml\n")
     with pytest.raises(ValueError, match="gone.yaml not found .extended by .*orphan.yaml"):
         load_grid(tmp_path / "orphan.yaml")
+
+
+def test_a_peer_runs_only_on_the_targets_it_names(tmp_path, pendulum):
+    other = tmp_path / "other-v0"
+    peer = {"script": "x.py", "algos": {"bc": "BC"}}
+    every = load_grid(write_grid(tmp_path, pendulum, datasets=[str(pendulum), str(other)],
+                                 peers={"d3": peer}))
+    few = load_grid(write_grid(tmp_path, pendulum, datasets=[str(pendulum), str(other)],
+                               peers={"d3": {**peer, "targets": [str(other)]}}))
+    assert {c.target for c in every.cells() if c.runner == "d3"} == {str(pendulum), str(other)}
+    assert {c.target for c in few.cells() if c.runner == "d3"} == {str(other)}
+    assert [c for c in few.cells() if c.runner == ROBOTRL] == [
+        c for c in every.cells() if c.runner == ROBOTRL]
 
 
 def test_a_grid_that_is_not_yaml_is_named(tmp_path):
