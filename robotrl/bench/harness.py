@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from robotrl.bench.grid import ROBOTRL, Cell, Grid
+from robotrl.bench.grid import ROBOTRL, Cell, Grid, PeerConfig
 from robotrl.checkpoint import CheckpointError, write_json
 from robotrl.experiment import RESULT_FILE, Experiment, RunDir, compose, config_digest
 from robotrl.experiment.run import config_fields
@@ -50,6 +50,9 @@ LOAD_FILE = "load.json"
 """A cell's load record in its run directory (``LoadSampler``)."""
 DATA_FILE = "data.json"
 """An offline cell's dataset digest (``Dataset.digest``), written when the cell starts."""
+PEER_CELL = "cell.json"
+"""What a peer's cell hands its script, in its run directory (``run_peer``): ``peer_spec`` and
+the cell's coordinates; what ``changed`` compares a peer's run with."""
 PEER_PROGRESS = "peer_progress.json"
 """Where a peer's unfinished run saved its state (``step``, ``evaluations``), written beside the
 state itself (``peer_state.pt``, in the peer's own format: its script resumes from it when the
@@ -204,10 +207,42 @@ def _composed(overrides: list[str]) -> Any:
 def changed(grid: Grid, cell: Cell) -> list[str]:
     """``key: old -> new`` for every config field in which the cell's run (its ``config.yaml``)
     differs from what the grid composes today: a tuned file or a default changed since it ran.
-    Empty for a matching run, a cell not yet run, or a peer's cell."""
+    For a peer's cell, the algorithm and options it was handed (its ``cell.json``) against the
+    grid's. Empty for a matching run or a cell not yet run."""
     if cell.runner != ROBOTRL:
-        return []
+        ran = read_json(grid.run_dir(cell) / PEER_CELL)
+        now = peer_spec(grid.peers[cell.runner], cell.algo)
+        return [] if ran is None else _diff(_flat_spec(ran), _flat_spec(now))
     return _changed(grid.run_dir(cell), cell_overrides(grid, cell))
+
+
+def _diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys())
+            if old.get(k) != new.get(k)]
+
+
+def peer_spec(peer: PeerConfig, algo: str) -> dict[str, Any]:
+    """What a peer's cell of our ``algo`` trains with beyond its coordinates: the peer's name for
+    the algorithm and the grid's options for the peer (as its ``cell.json`` hands them to the
+    script)."""
+    return {"algo": peer.algos[algo], "options": peer.options}
+
+
+def _flat_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A ``peer_spec`` (or a ``cell.json``) as ``key: value`` lines: ``options.x`` per option."""
+    options = spec.get("options") or {}
+    return {"algo": spec.get("algo"), **{f"options.{k}": v for k, v in options.items()}}
+
+
+def peer_digest(spec: dict[str, Any]) -> str:
+    """A short fingerprint of a ``peer_spec`` (or of the ``cell.json`` a peer's run was handed):
+    a peer's record carries it as its ``config``, so a peer run under other options is not passed
+    off as the cell."""
+    import hashlib
+
+    text = json.dumps({"algo": spec.get("algo"), "options": spec.get("options") or {}},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _changed(run: Path, overrides: list[str]) -> list[str]:
@@ -216,18 +251,18 @@ def _changed(run: Path, overrides: list[str]) -> list[str]:
     now = _composed(overrides)
     if now is None:
         return []
-    old, new = config_fields(RunDir(run).config), config_fields(now)
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(old.keys() | new.keys())
-            if old.get(k) != new.get(k)]
+    return _diff(config_fields(RunDir(run).config), config_fields(now))
 
 
 def current(grid: Grid, cell: Cell, record: dict[str, Any]) -> bool:
     """Whether a saved record (a results file's) is of the config the cell composes today: its
-    ``config`` digest matches, or it has none to check (records written before digests; peers)
-    or the cell cannot be composed here."""
+    ``config`` digest matches (a peer's: ``peer_digest``), or it has none to check (records
+    written before digests) or the cell cannot be composed here."""
     digest = record.get("config")
-    if digest is None or cell.runner != ROBOTRL:
+    if digest is None:
         return True
+    if cell.runner != ROBOTRL:
+        return peer_digest(peer_spec(grid.peers[cell.runner], cell.algo)) == digest
     now = composed(grid, cell)
     return now is None or config_digest(now) == digest
 
@@ -301,16 +336,16 @@ def run_peer(grid: Grid, cell: Cell) -> None:
     ``peer.log`` in the run directory."""
     peer = grid.peers[cell.runner]
     run = grid.run_dir(cell)
-    spec = {"algo": peer.algos[cell.algo], "our_algo": cell.algo, "target": cell.target,
+    spec = {**peer_spec(peer, cell.algo), "our_algo": cell.algo, "target": cell.target,
             "offline": grid.offline, "seed": cell.seed, "budget": cell.budget,
-            "run_dir": str(run.resolve()), "options": peer.options}
-    write_json(run / "cell.json", spec, indent=1)
+            "run_dir": str(run.resolve())}
+    write_json(run / PEER_CELL, spec, indent=1)
     python = os.path.expandvars(peer.python) if peer.python else sys.executable
     if shutil.which(python) is None:
         raise FileNotFoundError(f"peer {cell.runner!r}: interpreter {python!r} not found "
                                 f"(grid key peers.{cell.runner}.python)")
     with open(run / "peer.log", "a") as log:  # a resumed peer adds to its log
-        code = subprocess.call([python, peer.script, str(run / "cell.json")], stdout=log,
+        code = subprocess.call([python, peer.script, str(run / PEER_CELL)], stdout=log,
                                stderr=subprocess.STDOUT)
     if code:
         tail = (run / "peer.log").read_text()[-2000:]
@@ -539,6 +574,8 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
             record["init"] = init_record(grid, cell, done)
         if cell.runner == ROBOTRL:
             record["config"] = done.get("config") or config_digest(RunDir(run).config)
+        elif (spec := read_json(run / PEER_CELL)) is not None:
+            record["config"] = peer_digest(spec)
         if done.get("resumed"):  # a peer's run interrupted and resumed (``PeerCell``)
             record["resumed"] = [r["step"] for r in done["resumed"]]
         data = read_json(run / DATA_FILE)
@@ -747,7 +784,16 @@ def estimate(entries: list[dict[str, Any]], elsewhere: dict[tuple[Any, ...], tup
 def finished_elsewhere(grid: Grid) -> dict[tuple[Any, ...], tuple[str, list[float]]]:
     """The wall clock of finished runs in the other results files beside ``grid``'s (the
     committed grids): (runner, algo, budget, target) -> (the first such grid's name, its runs'
-    seconds). What ``estimate`` goes by for a cell this grid has not run on its task yet."""
+    seconds). What ``estimate`` goes by for a cell this grid has not run on its task yet. A
+    peer's runs count only where they ran with this grid's options for it (``peer_digest``):
+    another recipe of the same peer may cost five times as much."""
+    def same_peer(r: dict[str, Any]) -> bool:
+        peer = grid.peers.get(r.get("runner"))  # type: ignore[arg-type]
+        if peer is None:
+            return True
+        return r.get("algo") in peer.algos and r.get("config") == peer_digest(
+            peer_spec(peer, r["algo"]))
+
     out: dict[tuple[Any, ...], tuple[str, list[float]]] = {}
     mine = grid.results_path.resolve()
     for path in sorted(grid.results_path.parent.glob("*.json")):
@@ -761,7 +807,7 @@ def finished_elsewhere(grid: Grid) -> dict[tuple[Any, ...], tuple[str, list[floa
             continue  # not a results file
         for r in records if isinstance(records, list) else ():
             seconds = _wall_clock(r) if isinstance(r, dict) and "final" in r else None
-            if seconds is None:
+            if seconds is None or not same_peer(r):
                 continue
             k = (r.get("runner"), r.get("algo"), r.get("budget"), r.get("target"))
             if out.setdefault(k, (name, []))[0] == name:

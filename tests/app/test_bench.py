@@ -4,6 +4,7 @@ robotrl ope on a trained run."""
 
 import dataclasses
 import json
+import re
 import time
 from pathlib import Path
 
@@ -129,6 +130,80 @@ def test_a_changed_config_is_not_passed_off_as_the_cell(pendulum, tmp_path, caps
     assert "starting over" in said.out + said.err
     assert (grid.run_dir(cell).parent / "s0.stale" / "result.json").is_file()
     assert finished(grid, cell) is not None
+
+
+FAKE_PEER = """
+import json, sys
+from pathlib import Path
+cell = json.loads(Path(sys.argv[1]).read_text())
+final = {"normalized_score": float(cell["options"]["score"]), "return_mean": 1.0}
+Path(cell["run_dir"], "result.json").write_text(json.dumps({
+    "step": cell["budget"], "total_steps": cell["budget"], "final": final,
+    "train_seconds": 60.0 * cell["options"]["minutes"], "evaluations": [], "machine": "m"}))
+"""
+
+
+def test_a_peer_run_under_other_options_is_not_passed_off_as_the_cell(pendulum, tmp_path,
+                                                                       capsys):
+    """A peer's cell whose options the grid has changed since it ran (its ``cell.json``) is
+    stale like a robotrl cell whose config changed: listed so, set aside and run again, and the
+    results file's record of it (``config``: ``peer_digest``) is not shown as the cell. And
+    ``bench list`` estimates a peer's cell from another grid's runs of the peer only where they
+    ran with the same options."""
+    from robotrl.bench.harness import changed, finished, run_cell
+
+    script = tmp_path / "peer.py"
+    script.write_text(FAKE_PEER)
+
+    def grid_with(score: float, minutes: float, name: str = "grid.yaml") -> Path:
+        path = write_grid(tmp_path, pendulum, algos=["bc"], seeds=[0], budgets=[100],
+                          ope_updates=0, peers={"d3": {"script": str(script), "algos": {"bc": "BC"},
+                                                       "options": {"score": score,
+                                                                   "minutes": minutes}}})
+        return path.rename(tmp_path / name)
+
+    path = grid_with(7.0, 30)
+    grid = load_grid(path)
+    cell = next(c for c in grid.cells() if c.runner == "d3")
+    assert run_cell(grid, cell)["final"]["normalized_score"] == 7.0
+    assert changed(grid, cell) == [] and finished(grid, cell) is not None
+    bench_main(["report", str(path), "figures=false"])
+    record = next(r for r in json.loads(grid.results_path.read_text())["records"]
+                  if r["runner"] == "d3")
+    assert record["final"] == 7.0 and len(record["config"]) == 16
+
+    other = load_grid(grid_with(8.0, 30, "other.yaml"))
+    assert changed(other, cell) == ["options.score: 7.0 -> 8.0"]
+    assert finished(other, cell) is None
+    capsys.readouterr()
+    bench_main(["list", str(tmp_path / "other.yaml")])
+    said = capsys.readouterr()
+    listed = " ".join((said.out + said.err).split())
+    assert re.search(r"\d+ stale +d3 bc ", listed), listed
+    import shutil  # the fresh clone's view: the committed record is of the old options
+
+    shutil.move(grid.run_dir(cell), tmp_path / "elsewhere")
+    bench_main(["report", str(tmp_path / "other.yaml"), "figures=false"])
+    text = (tmp_path / "committed" / "report.md").read_text()
+    assert "s0: stale: the results file's record is of a config" in text, text
+    shutil.move(tmp_path / "elsewhere", grid.run_dir(cell))
+    assert run_cell(other, cell)["final"]["normalized_score"] == 8.0  # set aside, run again
+    assert (grid.run_dir(cell).parent / "s0.stale" / "result.json").is_file()
+
+    # estimates: a committed grid's runs of the peer count only under the same options
+    committed = tmp_path / "committed"
+    committed.mkdir(exist_ok=True)
+    fresh = write_grid(tmp_path, pendulum, algos=["bc"], seeds=[0], budgets=[100], ope_updates=0,
+                       out=str(tmp_path / "fresh-runs"), results=str(committed / "fresh.json"),
+                       peers={"d3": {"script": str(script), "algos": {"bc": "BC"},
+                                     "options": {"score": 7.0, "minutes": 30}}})
+    (committed / "earlier.json").write_text(json.dumps({"grid": "earlier", "records": [
+        record, dict(record, config="0" * 16, train_seconds=120.0)]}))
+    capsys.readouterr()
+    bench_main(["list", str(fresh)])
+    said = capsys.readouterr()
+    listed = " ".join((said.out + said.err).split())
+    assert "d3 bc" in listed and "(about 30 min to run as in earlier)" in listed, listed
 
 
 def test_a_dataset_recorded_again_is_not_passed_off_as_the_cells(pendulum, tmp_path, capsys):
