@@ -124,11 +124,14 @@ class Line:
 
 
 def draw_panels(panels: dict[str, list[Line]], xlabel: str, out: str | Path,
-                ylabel: str = "", cols: int = 4) -> Path:
+                ylabel: str = "", cols: int = 4,
+                levels: dict[str, list[tuple[str, float]]] | None = None) -> Path:
     """A figure of one panel per key of ``panels`` (its title), each line its mean with a shaded
     interval, one colour per label across panels, written to ``out`` (.png, .svg or .pdf)
     through a temporary file and a rename: what ``robotrl plot`` and the benchmark reports
-    draw. Needs matplotlib (the ``plot`` extra)."""
+    draw. ``levels``: title -> (label, score) drawn as a dashed line across that panel in the
+    label's colour (a benchmark's thresholds). One legend names every label of every panel.
+    Needs matplotlib (the ``plot`` extra)."""
     out = Path(out)
     if out.suffix.lower() not in FORMATS:
         raise ValueError(f"out={out}: the figure's extension must be one of {', '.join(FORMATS)}")
@@ -139,7 +142,9 @@ def draw_panels(panels: dict[str, list[Line]], xlabel: str, out: str | Path,
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("plotting needs matplotlib: pip install 'robotrl[plot]'") from None
-    labels = list(dict.fromkeys(line.label for lines in panels.values() for line in lines))
+    levels = levels or {}
+    labels = list(dict.fromkeys([line.label for lines in panels.values() for line in lines]
+                                + [label for marks in levels.values() for label, _ in marks]))
     colors = {label: plt.get_cmap("tab10")(i % 10) for i, label in enumerate(labels)}
     cols = max(1, min(cols, len(panels)))
     rows = -(-len(panels) // cols)
@@ -153,9 +158,16 @@ def draw_panels(panels: dict[str, list[Line]], xlabel: str, out: str | Path,
             ax.plot(line.x, mean, label=line.label, color=colors[line.label],
                     marker="o" if len(line.x) < 15 else None, markersize=3)
             ax.fill_between(line.x, low, high, color=colors[line.label], alpha=0.2, linewidth=0)
+        for label, score in levels.get(title, []):
+            ax.axhline(score, color=colors[label], linestyle="--", linewidth=1, alpha=0.8)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=8)
+    handles = {label: handle for ax in axes.flat for handle, label in
+               zip(*ax.get_legend_handles_labels(), strict=True)}
+    if any(levels.values()):
+        handles["threshold"] = plt.Line2D([], [], color="grey", linestyle="--", linewidth=1)
+    if handles:
+        axes.flat[0].legend(list(handles.values()), list(handles), fontsize=8)
     fig.supxlabel(xlabel)
     if ylabel:
         fig.supylabel(ylabel)

@@ -447,11 +447,16 @@ def figure_paths(grid: Grid, records: list[dict[str, Any]], folder: Path
 
 def figures(grid: Grid, records: list[dict[str, Any]], folder: Path) -> list[str]:
     """Learning curves per target (every contestant's mean with a 95% interval over seeds,
-    ``robotrl.bench.plot.draw_panels``, as ``robotrl plot`` draws run directories) as one PNG
-    per budget and x axis (``figure_paths``; against minutes, each evaluation at the seeds'
-    mean minute); none (with a note) when matplotlib (the ``plot`` extra) is missing."""
+    ``robotrl.bench.plot.draw_panels``, as ``robotrl plot`` draws run directories; each
+    algorithm's threshold on the target a dashed line in its colour) as one PNG per budget and
+    x axis (``figure_paths``; against minutes, each evaluation at the seeds' mean minute); none
+    (with a note) when matplotlib (the ``plot`` extra) is missing."""
     from robotrl.bench.plot import Line, draw_panels
 
+    levels = {target.split("/", 1)[-1]: [(algo, float(by_target[target]))
+                                         for algo, by_target in grid.thresholds.items()
+                                         if target in by_target and algo in grid.algos]
+              for target in grid.targets}
     written = []
     for budget, x, path in figure_paths(grid, records, folder):
         panels: dict[str, list[Line]] = {}
@@ -470,7 +475,7 @@ def figures(grid: Grid, records: list[dict[str, Any]], folder: Path) -> list[str
         xlabel = ("wall-clock minutes" if x == "minutes" else
                   "gradient updates" if grid.offline else "env steps")
         try:
-            draw_panels(panels, xlabel, path,
+            draw_panels(panels, xlabel, path, levels=levels,
                         ylabel=f"{grid.metric} (mean, 95% interval over seeds)")
         except ValueError as err:  # matplotlib missing
             print(f"no figures: {err}")

@@ -122,3 +122,45 @@ def test_an_ordering_at_equal_wall_clock_reads_each_side_at_the_faster_ones_minu
     with pytest.raises(ValueError, match=r"orderings\[0\].at must be one of \['final', "
                                          r"'wall_clock'\], got 'steps'"):
         load_grid(path)
+
+
+def test_the_figure_marks_each_threshold_and_names_every_contestant(tmp_path, monkeypatch):
+    """The report's curves show each algorithm's threshold on a task as a dashed line in its
+    colour, and one legend names every contestant of every panel (a peer run beside only one
+    task included) and the threshold."""
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from robotrl.bench.report import figures
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "marked", "out": str(tmp_path / "b"), "algos": ["ppo", "trpo"],
+        "tasks": ["hopper", "ant"], "seeds": [0, 1], "budgets": [BUDGET],
+        "thresholds": {"ppo": {"hopper": 2410, "ant": 1327}, "trpo": {"hopper": 3618}},
+        "peers": {"sb3": {"script": "peer.py", "algos": {"trpo": "TRPO"}, "targets": ["ant"]}}}))
+    grid = load_grid(path)
+    curve = {"steps": [500, 1000], "score": [1.0, 2.0]}
+    records = [{**r, "curve": curve} for runner, algo, target in [
+        ("robotrl", "ppo", "hopper"), ("robotrl", "trpo", "hopper"), ("robotrl", "ppo", "ant"),
+        ("robotrl", "trpo", "ant"), ("sb3", "trpo", "ant")]
+        for r in cells(runner, algo, target, [1.0, 2.0])]
+    drawn = []
+    real = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: drawn.append(fig) or real(
+        fig, *a, **k))
+    assert figures(grid, records, tmp_path) == [str(tmp_path / "marked-1000-curves.png")]
+    hopper, ant = drawn[0].axes[:2]
+    colour = {line.get_label(): line.get_color() for line in hopper.lines
+              if not line.get_label().startswith("_")}
+
+    def dashed(ax) -> list:
+        return sorted((line.get_ydata()[0], line.get_color()) for line in ax.lines
+                      if line.get_linestyle() == "--")
+
+    assert dashed(hopper) == [(2410, colour["ppo"]), (3618, colour["trpo"])]
+    assert dashed(ant) == [(1327, colour["ppo"])]
+    legend = [t.get_text() for t in hopper.get_legend().get_texts()]
+    assert legend == ["ppo", "trpo", "trpo@sb3", "threshold"]
