@@ -186,8 +186,8 @@ def _list(grid: Any) -> None:
         guess = "; no estimate: none has a finished run of its algorithm to go by"
     else:
         guess = (f", about {hours:.1f} run-hours from the mean wall clock of the finished runs "
-                 "of the same algorithm and task (this grid's, else another committed grid's, "
-                 "else this grid's on other tasks)"
+                 "of the same algorithm and task (this grid's, else a committed grid's of the "
+                 "same config, else this grid's on other tasks)"
                  + (f"; {unknown} with no finished run of their algorithm to go by"
                     if unknown else ""))
     console.print(f"{len(entries)} cells: {said}." + (

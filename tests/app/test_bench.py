@@ -681,3 +681,40 @@ def test_list_estimates_an_unrun_task_from_another_committed_grid(pendulum, tmp_
     out = " ".join((said.out + said.err).split())
     assert out.count("(about 10 min to run as in earlier)") == 2, out  # mean of 9 and 11 min
     assert "td3bc" in out and out.count("min to run") == 2, out  # nothing to go by for td3bc
+
+
+def test_list_estimates_a_cell_only_from_runs_of_its_config(pendulum, tmp_path, capsys):
+    """Another grid's runs of the same (algo, task, budget) estimate a cell only where they ran
+    the config this grid composes for their seed (a run evaluated over 150 episodes, or of a
+    tuned file since changed, costs otherwise); the grid's own results file counts too, for
+    seeds it does not list today."""
+    import dataclasses
+    import json
+
+    from robotrl.bench.harness import composed
+    from robotrl.experiment import config_digest
+
+    path = write_grid(tmp_path, pendulum, seeds=[0], ope_updates=0)
+    grid = load_grid(path)
+    bc = next(c for c in grid.cells() if c.algo == "bc")
+    same = {"runner": bc.runner, "algo": "bc", "target": bc.target, "budget": bc.budget}
+    digest = config_digest(composed(grid, dataclasses.replace(bc, seed=5)))
+    assert digest != config_digest(composed(grid, bc))  # the seed is in the digest
+    folder = grid.results_path.parent
+    folder.mkdir(parents=True)
+    other = [dict(same, seed=5, final=1.0, train_seconds=5400.0, config="0" * 16),
+             dict(same, seed=5, final=1.0, train_seconds=600.0, config=digest)]
+    (folder / "earlier.json").write_text(json.dumps({"grid": "earlier", "records": other}))
+
+    def listed() -> str:
+        bench_main(["list", str(path)])
+        said = capsys.readouterr()
+        return " ".join((said.out + said.err).split())
+
+    out = listed()
+    assert "(about 10 min to run as in earlier)" in out, out  # not (90 + 10) / 2
+    grid.results_path.write_text(json.dumps({"grid": grid.name, "records": [
+        dict(same, seed=4, final=1.0, train_seconds=1200.0,
+             config=config_digest(composed(grid, dataclasses.replace(bc, seed=4))))]}))
+    out = listed()
+    assert "(about 20 min to run as in its committed runs)" in out, out
