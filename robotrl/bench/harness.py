@@ -798,8 +798,9 @@ def finished_elsewhere(grid: Grid) -> dict[tuple[Any, ...], tuple[str, list[floa
         if r.get("config") is None:
             return own or r.get("runner") == ROBOTRL
         if r.get("runner") != ROBOTRL:
-            return r["config"] == peer_digest(peer_spec(grid.peers[r["runner"]], r["algo"]))
-        if k not in composed_once:  # one composition per task: the seed is a plain field
+            return current(grid, Cell(r["runner"], r["algo"], r["target"], r.get("seed", 0),
+                                      r["budget"]), r)
+        if k not in composed_once:  # ``current`` per task, not per seed: a plain field
             composed_once[k] = composed(grid, wanted[k])
         now = composed_once[k]
         return now is None or config_digest(dataclasses.replace(now, seed=r.get("seed"))) == \
