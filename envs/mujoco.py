@@ -136,7 +136,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             self.sim.add("cfrc_ext", self._cfrc)
             self._scratch = mujoco.MjData(self.model)
         low, high = task.action_bounds()
-        privileged = len(task.root_dofs) + self.model.nbody + self.model.ngeom
+        privileged = task.privileged_dim + self.model.nbody + self.model.ngeom
         groups = {"policy": ObsSpec((task.obs_dim,)), "privileged": ObsSpec((privileged,)),
                   **{k: ObsSpec(shape, dtype) for k, (shape, dtype) in extra.items()}}
         self.spec = EnvSpec(
@@ -281,20 +281,21 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
 
     def step(self, action: torch.Tensor) -> StepOut:
         check_action(action, self.spec, self.num_envs)
-        action = action.detach().to("cpu", torch.float64)
+        action = policy_action = action.detach().to("cpu", torch.float64)
         dr = self._dr
         if dr is not None:
             action = dr.action(action)
             dr.before_physics()
         before = self.task.before_step(self.sim)
-        self._ctrl.copy_(action)
+        self._ctrl.copy_(self.task.apply_action(self.sim, action, policy_action))
         unstable_np = self._physics_step()
         if self._cfrc is not None:
             self._post_constraint_cfrc()
-        obs = self.task.observe(self.sim)
         terms = self.task.rewards(self.sim, before, action)
         reward = torch.stack(list(terms.values())).sum(dim=0)
         terminated = self.task.terminated(self.sim)
+        self.task.advance(self.sim, self._gen)
+        obs = self.task.observe(self.sim)
         self._steps += 1
         truncated = self._steps >= self.spec.max_episode_steps
         n_unstable = int(unstable_np.sum())
@@ -476,7 +477,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
     # ------------------------------------------------------------------ randomization
     def _make_randomizer(self, cfg: RandomizationConfig) -> BatchRandomizer:
         return BatchRandomizer(cfg, self.batch, self.model, self.task.obs_dim,
-                               randomization_seed(self._seed))
+                               randomization_seed(self._seed), self.task.obs_noise_scale())
 
     def close(self) -> None:
         renderer = getattr(self, "_renderer", None)

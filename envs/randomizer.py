@@ -44,8 +44,12 @@ class DomainRandomizer:
     """
 
     def __init__(self, cfg: RandomizationConfig, model: mujoco.MjModel, obs_dim: int,
-                 num_envs: int, seed: int, device: str | torch.device = "cpu") -> None:
+                 num_envs: int, seed: int, device: str | torch.device = "cpu",
+                 obs_scale: torch.Tensor | None = None) -> None:
         self.model, self.n = model, num_envs
+        self._obs_scale = obs_scale
+        """[obs_dim] the task's per-dimension noise std that ``obs_noise`` multiplies (None:
+        ``obs_noise`` is the std itself)."""
         self.device = torch.device(device)
         self.obs_dim, self.nu = obs_dim, model.nu
         self.gen = torch.Generator(device=self.device).manual_seed(seed)
@@ -89,6 +93,8 @@ class DomainRandomizer:
                                      f"nominal value negative ({least:.3g}); use low >= "
                                      f"{-float(self._nominal[name].min()):.3g} or mode=scale")
         noise = torch.as_tensor(cfg.obs_noise, dtype=torch.float64)
+        if self._obs_scale is not None:
+            noise = noise * self._obs_scale.to(torch.float64)
         self._obs_std = noise.to(self.device) if bool((noise != 0).any()) else None
         kmax, dev = cfg.action_delay_max, self.device
         self.delay = torch.full((self.n,), cfg.action_delay_min, dtype=torch.long, device=dev)
@@ -334,11 +340,11 @@ class BatchRandomizer(DomainRandomizer):
     ``mujoco.batch.Batch`` (``expand``), then ``Batch.set_const`` for those worlds."""
 
     def __init__(self, cfg: RandomizationConfig, batch: Any, model: mujoco.MjModel,
-                 obs_dim: int, seed: int) -> None:
+                 obs_dim: int, seed: int, obs_scale: torch.Tensor | None = None) -> None:
         self.batch = batch
         self._expanded: dict[str, torch.Tensor] = {}
         self._qvel = torch.from_numpy(batch.bind("qvel"))
-        super().__init__(cfg, model, obs_dim, batch.nsim, seed)
+        super().__init__(cfg, model, obs_dim, batch.nsim, seed, obs_scale=obs_scale)
 
     def _batch_field(self, field: str) -> torch.Tensor:
         if field not in self._expanded:

@@ -44,6 +44,8 @@ _TASKS: dict[str, str] = {
     "humanoid_goal": "goals:HumanoidGoal",
     "swimmer": "swimmer:Swimmer",
     "tabletop": "tabletop:Tabletop",
+    "go1_velocity": "velocity:Go1Velocity",
+    "g1_velocity": "velocity:G1Velocity",
 }
 
 

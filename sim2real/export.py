@@ -119,11 +119,12 @@ def build_metadata(
                           f"obs_dim {spec.obs_dim} and action_dim {spec.action_dim}")
     actuators, joints = _mujoco_names(spec.task)
     delay_min, delay_max = delay_steps_range(config)
-    reference = ""
+    reference, controller = "", {}
     from robotrl.envs.registry import list_tasks, task_class
 
     if spec.task in list_tasks():
         reference = f"{task_class(spec.task).gym_id} observation"
+        controller = task_class(spec.task).controller_metadata()
     return {
         "metadata_version": METADATA_VERSION,
         "task": spec.task,
@@ -155,6 +156,9 @@ def build_metadata(
                          if k != "randomization"},
         "actuator_names": actuators,
         "joint_names": joints,
+        # robots: how an action becomes servo targets (target = default_pose + action_scale *
+        # action, per joint in this order, at gains kp/kd) and the observation's parts
+        "controller": controller,
         "robotrl_version": __version__,
         "torch_version": torch.__version__,
         "config_sha256": config_sha256(config),

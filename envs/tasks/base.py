@@ -140,6 +140,38 @@ class MujocoTask(ABC):
                           for k in range({0: 6, 1: 3}.get(int(model.jnt_type[j]), 1))]
         """Velocity indices of the root body's joints (free: 6, ball: 3, slide/hinge: 1)."""
 
+    @classmethod
+    def controller_metadata(cls) -> dict[str, Any]:
+        """What a controller running an exported policy of this task needs beyond the
+        observation and action layout (a robot's joints, default pose, action scale and servo
+        gains), as JSON-ready values; empty for tasks whose action is the control."""
+        return {}
+
+    @property
+    def privileged_dim(self) -> int:
+        """Length of ``privileged``'s output."""
+        return len(self.root_dofs)
+
+    def obs_noise_scale(self) -> torch.Tensor | None:
+        """[obs_dim] float64 per-dimension noise std that the randomization's ``obs_noise``
+        multiplies (a robot task's noise model: each measured quantity its own), or None: the
+        same ``obs_noise`` on every dimension."""
+        return None
+
+    def apply_action(self, sim: Sim, action: torch.Tensor, policy_action: torch.Tensor
+                     ) -> torch.Tensor:
+        """The ``ctrl`` [N, nu] float64 for ``action`` [N, act_dim] float64 as it reaches the
+        actuators (delayed and noised by the randomization); ``policy_action`` is what the
+        policy sent this step. Default: the action is the control (Gymnasium's tasks); a robot
+        task maps actions to servo targets and may keep the policy's action in ``userdata``."""
+        return action
+
+    def advance(self, sim: Sim, gen: torch.Generator) -> None:
+        """Update episode variables in ``userdata`` after a step's reward and termination, before
+        its observation (e.g. resample velocity commands); ``gen`` is the env's reset stream.
+        Default: nothing."""
+        return None
+
     def privileged(self, sim: Sim) -> torch.Tensor:
         """[N, len(root_dofs)] float64: the true base velocity (the root body's joint
         velocities, unclipped and noise-free), for critics that may see what a robot cannot

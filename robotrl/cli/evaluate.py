@@ -6,6 +6,10 @@
 ``options.KEY=VALUE`` changes a task option of the run's env for this evaluation, e.g.
 ``options.split=heldout`` evaluates a tabletop policy on held-out instructions. Tasks with a
 success criterion also report the success rate (``info["success"]`` at each episode's end).
+
+Velocity tasks (``go1_velocity``, ``g1_velocity``) also report velocity tracking on the fixed
+command grid (``robotrl.runners.tracking``: linear and yaw-rate RMSE, falls per minute, mean
+torque; ``tracking_seconds=10`` per command), under ``tracking`` in the JSON.
 """
 
 from __future__ import annotations
@@ -19,14 +23,16 @@ from robotrl.cli.args import parse_kv, split_options
 
 def eval_main(argv: list[str]) -> None:
     from robotrl.checkpoint import write_json
+    from robotrl.envs.registry import config_fields
     from robotrl.experiment.build import load_trained
     from robotrl.logging import console
     from robotrl.runners.evaluation import run_episodes, summarize_episodes
+    from robotrl.runners.tracking import format_tracking
     from robotrl.types import Obs, obs_to
 
     options, argv = split_options(argv)
     args = parse_kv(argv, {"checkpoint": str, "episodes": int, "out": str, "video": bool,
-                           "seed": int, "device": str})
+                           "seed": int, "device": str, "tracking_seconds": float})
     if "checkpoint" not in args:
         raise SystemExit("robotrl eval needs checkpoint=PATH (a .pt file or a run directory)")
     episodes = int(args.get("episodes", 20))
@@ -78,6 +84,28 @@ def eval_main(argv: list[str]) -> None:
                   f"length {result['length_mean']:.1f}"
                   + (f", success {result['success']:.1%}" if "success" in result else "")
                   + f" over {result['episodes']} episodes")
+    if "command_grid" in config_fields(cfg.env.task):
+        result["tracking"] = _tracking(str(args["checkpoint"]), seed, str(args.get(
+            "device", "cpu")), options, float(args.get("tracking_seconds", 10.0)))
+        console.print(format_tracking(result["tracking"]))
     if "out" in args:
         write_json(Path(str(args["out"])), result)
         console.print(f"wrote {args['out']}")
+
+
+def _tracking(checkpoint: str, seed: int | None, device: str, options: dict,
+              seconds: float) -> dict:
+    """The velocity-tracking report of a velocity task's run (``robotrl.runners.tracking``)."""
+    from robotrl.experiment.build import load_trained
+    from robotrl.runners.tracking import COMMAND_GRID, velocity_tracking
+    from robotrl.types import Obs, obs_to
+
+    if seconds <= 0:
+        raise SystemExit(f"tracking_seconds must be > 0, got {seconds}")
+    run = load_trained(checkpoint, len(COMMAND_GRID), seed, device,
+                       {**options, "command_grid": COMMAND_GRID})
+
+    def policy(obs: Obs) -> torch.Tensor:
+        return run.alg.act_deterministic(obs_to(obs, torch.device(device))).cpu()
+
+    return velocity_tracking(run.env, run.reset(), policy, seconds)

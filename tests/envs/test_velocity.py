@@ -1,0 +1,224 @@
+"""The legged velocity tasks (go1_velocity, g1_velocity) and their robots from MuJoCo Menagerie.
+
+The models come from the offline Menagerie root of ``tests/fixtures/menagerie.py`` (the Go1 and
+G1 files mjlab's wheel ships, laid out as Menagerie lays them out), never from this repository.
+"""
+
+from __future__ import annotations
+
+import math
+import zipfile
+from pathlib import Path
+
+import mujoco
+import pytest
+import torch
+
+import robotrl.envs as E
+from robotrl.envs.robots import (
+    build_model,
+    menagerie_root_from_wheel,
+    robot_description,
+)
+from robotrl.runners.tracking import COMMAND_GRID, velocity_tracking
+
+pytestmark = pytest.mark.usefixtures("menagerie_root")
+
+
+def _go1(n: int = 4, **options: object) -> E.BatchedEnv:
+    return E.make("go1_velocity", n, num_threads=1, seed=0,
+                  observations=("policy", "privileged"), **options)
+
+
+def test_robot_model_is_the_description() -> None:
+    desc = robot_description("go1")
+    model = build_model(desc, 0.005)
+    assert model.nu == 12 and model.opt.timestep == 0.005
+    for i, joint in enumerate(desc.joints):
+        act = model.actuator(i)
+        assert model.joint(int(act.trnid[0])).name == joint
+        assert act.gainprm[0] == pytest.approx(desc.kp[i])
+        assert act.biasprm[2] == pytest.approx(-desc.kd[i])
+        assert act.forcerange[1] == pytest.approx(desc.effort_limit[i])
+        assert model.dof_armature[model.joint(joint).dofadr[0]] == pytest.approx(desc.armature[i])
+    assert model.nsensor == len(desc.feet)  # one touch sensor per foot, the source's removed
+
+
+def test_go1_stands_on_its_feet_at_the_default_pose() -> None:
+    """Holding the default pose for 1 s, the Go1 stays up and its feet carry its weight."""
+    env = _go1(2)
+    for _ in range(50):
+        out = env.step(torch.zeros(2, 12))
+    assert not bool(out.terminated.any())
+    task, sim = env.task, env.sim
+    weight = float(env.model.body_subtreemass[1]) * 9.81
+    assert float(task.touch(sim)[0].sum()) == pytest.approx(weight, rel=0.2)
+    assert float(sim.qpos[0, 2]) > 0.2
+
+
+def test_observation_groups_and_layout() -> None:
+    env = _go1(3)
+    obs = env.reset(seed=1)
+    assert obs["policy"].shape == (3, 9 + 36)
+    spec = env.spec.observations["privileged"]
+    assert spec.shape == (3 + 4 + 45 + env.model.nbody + env.model.ngeom,)
+    task, sim = env.task, env.sim
+    policy = obs["policy"].double()
+    assert torch.allclose(policy[:, 0:3], task.gravity(sim), atol=1e-6)
+    assert torch.allclose(policy[:, 6:9], task.commands(sim), atol=1e-6)
+    gravity = policy[:, 0:3]
+    assert torch.allclose(gravity.norm(dim=1), torch.ones(3, dtype=torch.float64), atol=1e-5)
+
+
+def test_commands_are_drawn_in_range_and_resampled() -> None:
+    env = _go1(64, resample_seconds=(0.1, 0.1), standing_fraction=0.25)
+    first = env.task.commands(env.sim).clone()
+    cfg = env.task.cfg
+    for lo_hi, col in ((cfg.command_x, 0), (cfg.command_y, 1), (cfg.command_yaw, 2)):
+        assert bool((first[:, col] >= lo_hi[0]).all() and (first[:, col] <= lo_hi[1]).all())
+    standing = (first == 0).all(1).float().mean()
+    assert 0.05 < float(standing) < 0.5
+    for _ in range(6):  # 0.12 s: every world past its 0.1 s draw
+        env.step(torch.zeros(64, 12))
+    now = env.task.commands(env.sim)
+    redrawn_standing = (now == 0).all(1) & (first == 0).all(1)  # zero drawn twice
+    assert not bool(torch.isclose(now, first).all(1)[~redrawn_standing].any())
+
+
+def test_command_grid_pins_each_world() -> None:
+    env = _go1(len(COMMAND_GRID) + 1, command_grid=COMMAND_GRID, resample_seconds=(0.02, 0.02))
+    for _ in range(3):
+        env.step(torch.zeros(env.num_envs, 12))
+    cmd = env.task.commands(env.sim)
+    assert cmd[0].tolist() == list(COMMAND_GRID[0])
+    assert cmd[-1].tolist() == list(COMMAND_GRID[0])  # world 12 wraps to the first command
+    assert cmd[2].tolist() == list(COMMAND_GRID[2])
+
+
+def test_reward_terms_by_hand() -> None:
+    """One step's tracking terms recomputed from the simulator's state: weight * dt *
+    exp(-error^2 / sigma), in the body frame."""
+    env = _go1(2, command_grid=((0.6, -0.2, 0.4),))
+    out = env.step(torch.zeros(2, 12))
+    task, sim, cfg = env.task, env.sim, env.task.cfg
+    q = sim.qpos[:, 3:7]
+    w, x, y, z = q.unbind(1)
+    rot = torch.stack([  # body-to-world rotation matrix of each world
+        torch.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], 1),
+        torch.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], 1),
+        torch.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], 1),
+    ], 1)
+    v_body = torch.einsum("nji,nj->ni", rot, sim.qvel[:, :3])
+    err = (torch.tensor([0.6, -0.2], dtype=torch.float64) - v_body[:, :2]).square().sum(1)
+    expected = cfg.tracking_lin_vel * task.dt * torch.exp(-err / cfg.tracking_sigma)
+    assert torch.allclose(out.info["reward_terms"]["tracking_lin_vel"].double(), expected,
+                          rtol=1e-5)
+    yaw = cfg.tracking_ang_vel * task.dt * torch.exp(
+        -(0.4 - sim.qvel[:, 5]).square() / cfg.tracking_sigma)
+    assert torch.allclose(out.info["reward_terms"]["tracking_ang_vel"].double(), yaw, rtol=1e-5)
+    assert torch.allclose(out.reward, sum(out.info["reward_terms"].values()), atol=1e-6)
+
+
+def test_upside_down_terminates() -> None:
+    env = _go1(2)
+    state = env.get_state()
+    flipped = state.clone()
+    qpos = 1  # mjSTATE_FULLPHYSICS: time, then qpos
+    flipped[:, qpos + 3:qpos + 7] = torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    env.set_state(flipped[:1], env_ids=torch.tensor([0]))
+    out = env.step(torch.zeros(2, 12))
+    assert out.terminated.tolist() == [True, False]
+
+
+def test_encoder_bias_shifts_measurement_and_target_alike() -> None:
+    env = _go1(3, encoder_bias=0.05, reset_noise_scale=0.0)
+    task, sim = env.task, env.sim
+    bias = sim.userdata[:, task._bias].clone()
+    assert float(bias.abs().max()) <= 0.05 and float(bias.abs().max()) > 0
+    obs = env.observe()["policy"].double()
+    assert torch.allclose(obs[:, 9:21], bias, atol=1e-6)  # at the default pose: q - q0 = 0
+    env.step(torch.zeros(3, 12))
+    assert torch.allclose(sim.ctrl, task.default - bias, atol=1e-12)
+
+
+def test_latency_delays_the_servo_targets() -> None:
+    env = _go1(2, randomization={"action_delay_min": 2, "action_delay_max": 2})
+    task, sim = env.task, env.sim
+    act = torch.zeros(2, 12)
+    act[:, 0] = 1.0
+    seen = []
+    for _ in range(3):
+        env.step(act)
+        seen.append(float(sim.ctrl[0, 0] - task.default[0]))
+    assert seen[:2] == [0.0, 0.0] and seen[2] == pytest.approx(task.desc.action_scale[0])
+    # the policy's own last action is observed at once, not the delayed one
+    assert float(env.observe()["policy"][0, 33]) == pytest.approx(1.0)
+
+
+def test_observation_noise_follows_the_task_model() -> None:
+    env = _go1(256, randomization={"obs_noise": 1.0})
+    clean = env.task.observe(env.sim).float()
+    noisy = env.observe()["policy"]
+    std = (noisy - clean).std(0)
+    model = env.task.obs_noise_scale().float()
+    assert torch.allclose(std, model, rtol=0.25, atol=1e-6)
+    assert float(std[6:9].abs().max()) == 0.0  # commands are exact
+
+
+def test_the_second_robot_is_configuration() -> None:
+    env = E.make("g1_velocity", 2, num_threads=1)
+    desc = robot_description("g1")
+    assert env.spec.action_dim == len(desc.joints) == 29
+    assert env.spec.obs_dim == 9 + 3 * 29
+    out = env.step(torch.zeros(2, 29))
+    assert set(out.info["reward_terms"]) == set(env.task.reward_terms)
+
+
+def test_tracking_report_of_a_standing_policy() -> None:
+    """A policy that holds the default pose stands still: its linear error is the commands'
+    own size, its yaw error the yaw commands' size."""
+    grid = ((0.0, 0.0, 0.0), (0.5, 0.0, 0.0), (0.0, 0.3, 0.5))
+    env = _go1(3, command_grid=grid)
+    report = velocity_tracking(env, env.reset(seed=0), lambda obs: torch.zeros(3, 12),
+                               seconds=2.5, settle=1.5)
+    lin = math.sqrt((0.0 + 0.25 + 0.09) / 3)
+    yaw = math.sqrt(0.25 / 3)
+    assert report["lin_vel_rmse"] == pytest.approx(lin, abs=0.05)
+    assert report["yaw_rate_rmse"] == pytest.approx(yaw, abs=0.05)
+    assert report["falls"] == 0 and report["commands"][1]["command"] == [0.5, 0.0, 0.0]
+    with pytest.raises(ValueError, match="command_grid"):
+        velocity_tracking(_go1(2), _go1(2).reset(), lambda obs: torch.zeros(2, 12))
+
+
+def test_missing_model_names_menagerie_root(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MENAGERIE_ROOT", str(tmp_path))
+    with pytest.raises(RuntimeError, match="MENAGERIE_ROOT=.*unitree_go1"):
+        E.make("go1_velocity", 1)
+
+
+def test_bad_robot_description_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown robot 'spot'; available: .*go1"):
+        robot_description("spot")
+
+
+def test_menagerie_root_from_a_wheel(tmp_path: Path) -> None:
+    wheel = tmp_path / "mjlab-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("mjlab/asset_zoo/robots/unitree_go1/xmls/go1.xml", "<mujoco/>")
+        zf.writestr("mjlab/asset_zoo/robots/unitree_go1/xmls/assets/trunk.stl", b"x")
+        zf.writestr("mjlab-0.dist-info/licenses/LICENSE", "licence")
+    root = menagerie_root_from_wheel(wheel, tmp_path / "root", robots=("unitree_go1",))
+    assert (root / "unitree_go1" / "go1.xml").read_text() == "<mujoco/>"
+    assert (root / "unitree_go1" / "assets" / "trunk.stl").exists()
+    assert (root / "unitree_go1" / "LICENSE").read_text() == "licence"
+    with pytest.raises(ValueError, match="unitree_g1"):
+        menagerie_root_from_wheel(wheel, tmp_path / "root", robots=("unitree_g1",))
+
+
+def test_model_compiles_without_meshes_for_collision() -> None:
+    """Collision is primitives only: meshes are visual (contype 0, conaffinity 0)."""
+    model = build_model(robot_description("go1"), 0.005)
+    mesh = model.geom_type == mujoco.mjtGeom.mjGEOM_MESH
+    assert bool(mesh.any())
+    assert not bool((model.geom_contype[mesh] | model.geom_conaffinity[mesh]).any())
