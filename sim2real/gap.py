@@ -70,13 +70,17 @@ def perturbation(mass: float = 1.0, friction: float = 1.0, delay: int = 0) -> Ra
 
 
 def evaluate_gap(policy: PolicyFn, make_env: Callable[[RandomizationConfig, int], BatchedEnv],
-                 grid: GapGrid) -> list[dict[str, Any]]:
+                 grid: GapGrid,
+                 track: Callable[[RandomizationConfig], dict[str, Any]] | None = None
+                 ) -> list[dict[str, Any]]:
     """Evaluate ``policy`` at every grid point.
 
     ``make_env(perturbation, num_envs)`` builds the evaluation env for one point. Returns one
     dict per point: ``mass``, ``friction``, ``delay``, ``return_mean``, ``return_std``,
     ``length_mean``, ``episodes`` and ``relative`` (return over the nominal point's return, when
-    the grid holds the nominal point mass 1, friction 1, delay 0; else None).
+    the grid holds the nominal point mass 1, friction 1, delay 0; else None). ``track``
+    (velocity tasks: ``robotrl.runners.tracking``) adds its report's ``lin_vel_rmse``,
+    ``yaw_rate_rmse`` and ``falls_per_minute`` at each point.
     """
     grid.check()
     rows = []
@@ -86,7 +90,12 @@ def evaluate_gap(policy: PolicyFn, make_env: Callable[[RandomizationConfig, int]
             result = evaluate(policy, env, seed=grid.seed)
         finally:
             env.close()
-        rows.append({"mass": mass, "friction": friction, "delay": delay, **result})
+        row = {"mass": mass, "friction": friction, "delay": delay, **result}
+        if track is not None:
+            report = track(perturbation(mass, friction, delay))
+            row.update({k: report[k] for k in ("lin_vel_rmse", "yaw_rate_rmse",
+                                               "falls_per_minute")})
+        rows.append(row)
     nominal = [r for r in rows if (r["mass"], r["friction"], r["delay"]) == (1.0, 1.0, 0)]
     base = nominal[0]["return_mean"] if nominal else None
     for r in rows:
@@ -106,6 +115,10 @@ def gap_table(rows: list[dict[str, Any]], title: str = "sim-to-sim gap",
     table.add_column("return", justify="right")
     table.add_column("% nominal", justify="right")
     table.add_column("length", justify="right")
+    tracked = bool(rows) and "lin_vel_rmse" in rows[0]
+    if tracked:
+        for name in ("lin RMSE", "yaw RMSE", "falls/min"):
+            table.add_column(name, justify="right")
     if baseline is not None:
         table.add_column("baseline return", justify="right")
         table.add_column("baseline % nominal", justify="right")
@@ -117,6 +130,9 @@ def gap_table(rows: list[dict[str, Any]], title: str = "sim-to-sim gap",
         cells = [f"x{r['mass']:g}", f"x{r['friction']:g}", str(r["delay"]),
                  f"{r['return_mean']:.1f} ± {r['return_std']:.1f}", pct(r),
                  f"{r['length_mean']:.0f}"]
+        if tracked:
+            cells += [f"{r['lin_vel_rmse']:.3f}", f"{r['yaw_rate_rmse']:.3f}",
+                      f"{r['falls_per_minute']:.2f}"]
         if baseline is not None:
             b = baseline[i]
             cells += [f"{b['return_mean']:.1f} ± {b['return_std']:.1f}", pct(b)]

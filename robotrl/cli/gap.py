@@ -9,6 +9,7 @@ randomization).
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ def _ints(key: str, text: str) -> tuple[int, ...]:
 
 def run_gap(checkpoint: str, grid: Any, device: str = "cpu") -> tuple[str, list[dict[str, Any]]]:
     """(task, rows) of ``robotrl.sim2real.gap.evaluate_gap`` for the policy of ``checkpoint``."""
+    from robotrl.envs.registry import config_fields
     from robotrl.experiment.build import build_algo, build_env, load_run
     from robotrl.sim2real.gap import evaluate_gap
     from robotrl.types import Obs, obs_to
@@ -56,7 +58,21 @@ def run_gap(checkpoint: str, grid: Any, device: str = "cpu") -> tuple[str, list[
     def make_env(perturbation: Any, num_envs: int) -> Any:
         return build_env(cfg, num_envs, grid.seed, train=False, randomization=perturbation)
 
-    return cfg.env.task, evaluate_gap(policy, make_env, grid)
+    track = None
+    if "command_grid" in config_fields(cfg.env.task):  # a velocity task: tracking too
+        from robotrl.runners.tracking import COMMAND_GRID, velocity_tracking
+
+        def track(perturbation: Any) -> dict[str, Any]:
+            tracked = copy.deepcopy(cfg)
+            tracked.env.options = {**cfg.env.options, "command_grid": COMMAND_GRID}
+            env = build_env(tracked, len(COMMAND_GRID), grid.seed, train=False,
+                            randomization=perturbation)
+            try:
+                return velocity_tracking(env, env.reset(seed=grid.seed), policy)
+            finally:
+                env.close()
+
+    return cfg.env.task, evaluate_gap(policy, make_env, grid, track)
 
 
 def gap_main(argv: list[str]) -> None:

@@ -52,6 +52,8 @@ commands:
   plot    learning curves of run directories (seeds of one config averaged, 95% interval),
           one panel per metric: robotrl plot runs/sac3 runs/td3 [metric=return_mean,length_mean]
                  [x=steps|minutes] [out=curves.png|.svg|.pdf]
+  robots  the robot models (MuJoCo Menagerie) and where they are read from: robotrl robots list;
+          robotrl robots offline out=DIR   (Go1 and G1 from mjlab's PyPI wheel, for MENAGERIE_ROOT)
   checkpoint upgrade PATH   convert a checkpoint of robotrl's earlier pickle format, which
           can run code when loaded (trusts the file: your own runs only)
 """
@@ -68,6 +70,7 @@ COMMANDS: dict[str, str] = {
     "ope": "robotrl.cli.ope:ope_main",
     "plot": "robotrl.cli.plot:plot_main",
     "checkpoint": "robotrl.cli.checkpoint:checkpoint_main",
+    "robots": "robotrl.cli.robots:robots_main",
 }
 """Command -> "module:function(argv)", imported only when that command runs."""
 

@@ -262,13 +262,47 @@ def _train(cfg: TrainConfig, rank: Rank) -> dict[str, float] | None:
     return result
 
 
+def _tracking(cfg: TrainConfig, runner: Runner) -> dict[str, float]:
+    """A velocity task's tracking report on the fixed command grid (``robotrl.runners.
+    tracking``: ``lin_vel_rmse``, ``yaw_rate_rmse``, ``falls_per_minute``, ``mean_abs_torque``)
+    for the run's final policy, on nominal worlds; empty for other tasks and backends."""
+    import copy
+
+    import torch
+
+    from robotrl.envs.registry import config_fields, list_tasks
+    from robotrl.experiment.build import build_env
+    from robotrl.runners.tracking import COMMAND_GRID, velocity_tracking
+    from robotrl.seeding import derive_seed
+    from robotrl.types import Obs, obs_to
+
+    if (cfg.backend.name != "mujoco" or cfg.env.task not in list_tasks()
+            or "command_grid" not in config_fields(cfg.env.task)):
+        return {}
+    grid_cfg = copy.deepcopy(cfg)
+    grid_cfg.env.options = {**cfg.env.options, "command_grid": COMMAND_GRID}
+    env = build_env(grid_cfg, len(COMMAND_GRID), derive_seed(cfg.seed, "eval-env"), train=False)
+    device = torch.device(cfg.device)
+
+    def policy(obs: Obs) -> torch.Tensor:
+        return runner.alg.act_deterministic(obs_to(obs, device)).cpu()
+
+    try:
+        report = velocity_tracking(env, env.reset(seed=derive_seed(cfg.seed, "eval-reset")),
+                                   policy)
+    finally:
+        env.close()
+    return {k: report[k] for k in ("lin_vel_rmse", "yaw_rate_rmse", "falls_per_minute",
+                                   "mean_abs_torque")}
+
+
 def _record(cfg: TrainConfig, runner: Runner, result: dict[str, float],
             label: str = "") -> dict[str, float]:
     """Write a run's ``result.json`` and print its final evaluation (after ``label``, e.g. the
     seed of a seed batch); the result with ``best``."""
     from robotrl.logging import console
 
-    result = {**result, "best": runner.best_eval}  # what a sweep's table shows beside it
+    result = {**result, **_tracking(cfg, runner), "best": runner.best_eval}
     write_json(Path(cfg.run_dir) / RESULT_FILE, {
         "step": runner.global_step, "total_steps": cfg.total_steps, "final": result,
         "train_seconds": runner.train_seconds, "evaluations": runner.evaluations,
@@ -285,6 +319,10 @@ def _record(cfg: TrainConfig, runner: Runner, result: dict[str, float],
             success += (f", final goal distance {result[p + 'final_distance']:.3f}, "
                         + (f"time to goal {reached:.1f} steps" if reached == reached
                            else "goal never reached"))
+        if "lin_vel_rmse" in result:  # velocity tasks
+            success += (f", tracking RMSE {result['lin_vel_rmse']:.3f} m/s and "
+                        f"{result['yaw_rate_rmse']:.3f} rad/s, "
+                        f"{result['falls_per_minute']:.2f} falls/min")
         console.print(f"{label}eval{where}: return {result[p + 'return_mean']:.1f} ± "
                       f"{result[p + 'return_std']:.1f}, length {result[p + 'length_mean']:.0f} "
                       f"over {result[p + 'episodes']} episodes{success}{score}")

@@ -103,5 +103,7 @@ def run_page(page: Path, folder: Path) -> None:
 
 @pytest.mark.slow  # every page's commands at small sizes: ~25 min of the slow suite, 2026-11-29
 @pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(DOCS)))
-def test_page_runs(page: Path, tmp_path: Path) -> None:
+def test_page_runs(page: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if "_velocity" in page.read_text():  # a robot's page: its model from the offline root
+        request.getfixturevalue("menagerie_root")
     run_page(page, tmp_path)

@@ -6,7 +6,10 @@ G1 files mjlab's wheel ships, laid out as Menagerie lays them out), never from t
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -222,3 +225,47 @@ def test_model_compiles_without_meshes_for_collision() -> None:
     mesh = model.geom_type == mujoco.mjtGeom.mjGEOM_MESH
     assert bool(mesh.any())
     assert not bool((model.geom_contype[mesh] | model.geom_conaffinity[mesh]).any())
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "robotrl.cli.main", *args], capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_train_eval_gap_export_from_the_cli(tmp_path: Path) -> None:
+    """The README's robot commands at tiny sizes: a run's result.json and robotrl eval carry the
+    tracking report, gap adds tracking columns, the export carries the servo mapping."""
+    run = tmp_path / "go1"
+    done = _cli("train", "env=go1_velocity", "randomization=legged", "num_envs=8",
+                "algo.rollout_steps=8", "total_steps=128", "eval_episodes=1",
+                "logger.progress=false", "logger.tensorboard=false", "backend.num_threads=1",
+                f"run_dir={run}")
+    assert done.returncode == 0, done.stderr
+    final = json.loads((run / "result.json").read_text())["final"]
+    assert {"lin_vel_rmse", "yaw_rate_rmse", "falls_per_minute", "mean_abs_torque"} <= set(final)
+    assert "tracking RMSE" in done.stdout + done.stderr
+    done = _cli("eval", f"checkpoint={run}", "episodes=1", "tracking_seconds=0.5",
+                f"out={tmp_path / 'eval.json'}")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "eval.json").read_text())["tracking"]
+    assert len(report["commands"]) == len(COMMAND_GRID) and report["seconds_per_world"] == 0.5
+    done = _cli("gap", f"checkpoint={run}", "masses=1.0", "frictions=1.0", "delays=2",
+                "episodes=1", f"out={tmp_path / 'gap.json'}")
+    assert done.returncode == 0, done.stderr
+    row = json.loads((tmp_path / "gap.json").read_text())["results"][0]
+    assert row["delay"] == 2 and row["lin_vel_rmse"] >= 0
+    done = _cli("export", f"checkpoint={run}", "format=onnx", "num_obs=200")
+    assert done.returncode == 0, done.stderr
+    from robotrl.sim2real.export import read_metadata
+
+    controller = read_metadata(run / "policy.onnx")["controller"]
+    assert controller["robot"] == "go1" and len(controller["kp"]) == 12
+    assert controller["observation_parts"][-1] == {"name": "last_action", "offset": 33,
+                                                   "size": 12}
+
+
+def test_robots_cli(tmp_path: Path) -> None:
+    done = _cli("robots", "list")
+    assert done.returncode == 0 and "unitree_go1/go1: 12 joints" in done.stdout + done.stderr
+    done = _cli("robots", "bogus")
+    assert done.returncode == 2 and "known: list, offline" in done.stderr
