@@ -77,22 +77,27 @@ def velocity_tracking(env: BatchedEnv, obs: Obs, policy: PolicyFn, seconds: floa
             torque += torch.where(live, sim.actuator_force.abs().mean(1), 0.0)
             count += live.double()
             since = since.masked_fill(done, 0)
-    total = count.sum().clamp_min(1)
+    nan = float("nan")
+
+    def rmse(sq: torch.Tensor, k: torch.Tensor) -> float:
+        # no step measured (every world fell before settling): undefined, not a perfect 0
+        return math.sqrt(float(sq.sum() / k.sum())) if float(k.sum()) > 0 else nan
+
     sim_seconds = steps * dt * n
     rows = []
     for i in range(min(n, len(task.grid))):
         same = torch.arange(n) % len(task.grid) == i
-        c = count[same].sum().clamp_min(1)
         rows.append({"command": [float(x) for x in task.grid[i].tolist()],
-                     "lin_vel_rmse": math.sqrt(float(lin_sq[same].sum() / c)),
-                     "yaw_rate_rmse": math.sqrt(float(yaw_sq[same].sum() / c)),
+                     "lin_vel_rmse": rmse(lin_sq[same], count[same]),
+                     "yaw_rate_rmse": rmse(yaw_sq[same], count[same]),
                      "falls": int(falls[same].sum())})
     return {
-        "lin_vel_rmse": math.sqrt(float(lin_sq.sum() / total)),
-        "yaw_rate_rmse": math.sqrt(float(yaw_sq.sum() / total)),
+        "lin_vel_rmse": rmse(lin_sq, count),
+        "yaw_rate_rmse": rmse(yaw_sq, count),
         "falls": int(falls.sum()),
         "falls_per_minute": float(falls.sum()) / (sim_seconds / 60.0),
-        "mean_abs_torque": float(torque.sum() / total),
+        "mean_abs_torque": float(torque.sum() / count.sum()) if float(count.sum()) else nan,
+        "measured_seconds": float(count.sum()) * dt,
         "sim_seconds": sim_seconds,
         "seconds_per_world": seconds,
         "commands": rows,

@@ -269,3 +269,11 @@ def test_robots_cli(tmp_path: Path) -> None:
     assert done.returncode == 0 and "unitree_go1/go1: 12 joints" in done.stdout + done.stderr
     done = _cli("robots", "bogus")
     assert done.returncode == 2 and "known: list, offline" in done.stderr
+
+
+def test_nothing_measured_reads_nan_not_zero() -> None:
+    """Worlds whose episodes end before they settle measure nothing: the errors are NaN."""
+    env = _go1(2, command_grid=((0.5, 0.0, 0.0),), max_episode_steps=5)
+    report = velocity_tracking(env, env.reset(seed=0), lambda obs: torch.zeros(2, 12),
+                               seconds=0.5, settle=0.2)
+    assert math.isnan(report["lin_vel_rmse"]) and report["measured_seconds"] == 0.0
