@@ -191,6 +191,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
 
     def _reset_worlds(self, ids: np.ndarray) -> None:
         """Reset worlds ``ids`` (sorted int array) to fresh samples of the task's reset state."""
+        self.task.before_reset(self.sim, torch.from_numpy(ids).long())
         qpos, qvel = self.task.reset_state(len(ids), self._gen)
         if self._dr is not None:
             mask = torch.zeros(self.num_envs, dtype=torch.bool)
@@ -331,6 +332,9 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             "reward_terms": {k: self._out(v) for k, v in terms.items()},
             "unstable": n_unstable,
         }
+        metrics = self.task.step_metrics(self.sim)
+        if metrics:
+            info["metrics"] = {k: self._out(v) for k, v in metrics.items()}
         if success is not None:
             info["success"] = success.to(self.device)
         if distance is not None:

@@ -45,6 +45,7 @@ _TASKS: dict[str, str] = {
     "swimmer": "swimmer:Swimmer",
     "tabletop": "tabletop:Tabletop",
     "go1_velocity": "velocity:Go1Velocity",
+    "go1_velocity_rough": "velocity:Go1VelocityRough",
     "g1_velocity": "velocity:G1Velocity",
 }
 

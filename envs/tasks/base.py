@@ -166,6 +166,17 @@ class MujocoTask(ABC):
         task maps actions to servo targets and may keep the policy's action in ``userdata``."""
         return action
 
+    def before_reset(self, sim: Sim, ids: torch.Tensor) -> None:
+        """Worlds ``ids`` [K] long are about to reset, their last state still in ``sim`` (a
+        curriculum reads how their episodes went); the reset's ``reset_state`` and
+        ``reset_userdata`` follow for the same worlds in the same order. Default: nothing."""
+        return None
+
+    def step_metrics(self, sim: Sim) -> dict[str, torch.Tensor]:
+        """Quantities logged every step as ``env/<name>`` (their mean over worlds), e.g. a
+        curriculum's level: name -> [N] float64. Default: none."""
+        return {}
+
     def advance(self, sim: Sim, gen: torch.Generator) -> None:
         """Update episode variables in ``userdata`` after a step's reward and termination, before
         its observation (e.g. resample velocity commands); ``gen`` is the env's reset stream.

@@ -24,6 +24,9 @@ once for any robot of ``robotrl.envs.robots`` (the robot is configuration: ``Go1
   feet air time.
 * **Termination**: the body tilts beyond ``fall_angle`` or the root falls below the robot's
   ``min_base_height`` (the trunk is on the ground); 1000 steps (20 s) truncate.
+* **Rough ground** (``go1_velocity_rough``): a heightfield of rough and sloped tiles in ten
+  levels, and legged_gym's terrain curriculum (``envs/terrain.py``); ``env/terrain_level`` is
+  logged. The policy stays blind (no height scan), as the flat task's.
 * **Encoder bias**: each episode draws a per-joint offset in ``[-encoder_bias, encoder_bias]``
   that the measured joint angles carry and the servo targets inherit (the controller works in
   the biased frame), as mjlab's ``encoder_bias`` event.
@@ -43,6 +46,7 @@ import torch
 
 from robotrl.envs.robots import RobotDescription, robot_description
 from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig, View
+from robotrl.envs.terrain import MAX_ROUGHNESS, Curriculum, Ground, add_terrain
 
 TIMESTEP = 0.005
 """Physics step (s): 200 Hz."""
@@ -106,6 +110,8 @@ class VelocityConfig(TaskConfig):
     """A foot is in contact when its touch sensor reads more than this (N)."""
     fall_angle: float = 70.0
     """The episode ends when the body tilts more than this (degrees) from upright."""
+    terrain_init_level: int = 3
+    """Rough-ground tasks: worlds start at a level drawn from 0..this (``envs/terrain.py``)."""
     noise_gravity: float = 0.03
     """Observation noise std of projected gravity (mjlab's uniform +-0.05, same variance)."""
     noise_ang_vel: float = 0.12
@@ -133,6 +139,8 @@ class VelocityTask(MujocoTask):
     config_cls = VelocityConfig
     cfg: VelocityConfig
     unobserved_qpos = None
+    terrain: ClassVar[bool] = False
+    """Rough ground with a curriculum (``envs/terrain.py``) instead of the flat floor."""
 
     @classmethod
     def description(cls) -> RobotDescription:
@@ -159,15 +167,28 @@ class VelocityTask(MujocoTask):
 
         desc = cls.description()
         spec = edit_spec(robot_spec(desc), desc, TIMESTEP)
-        spec.nuserdata = 4 + len(desc.feet) + 2 * len(desc.joints)
+        spec.nuserdata = cls.userdata_size(desc)
+        if cls.terrain:
+            add_terrain(spec)
         return spec.compile()
+
+    @classmethod
+    def userdata_size(cls, desc: RobotDescription) -> int:
+        """Command (3), time to the next draw, air time per foot, last action and encoder bias
+        per joint, and on rough ground the episode's start (x, y)."""
+        return 4 + len(desc.feet) + 2 * len(desc.joints) + (2 if cls.terrain else 0)
 
     def __init__(self, cfg: VelocityConfig, model: mujoco.MjModel) -> None:
         super().__init__(cfg, model)
         desc = self.description()
         self.desc = desc
         nu, nf = len(desc.joints), len(desc.feet)
-        self.num_userdata = 4 + nf + 2 * nu
+        self.num_userdata = self.userdata_size(desc)
+        self._start = slice(4 + nf + 2 * nu, 6 + nf + 2 * nu)
+        self.ground = Ground() if self.terrain else None
+        self.curriculum = (Curriculum(cfg.terrain_init_level, torch.Generator().manual_seed(0))
+                           if self.terrain else None)
+        self._spawn: torch.Tensor | None = None
         # userdata columns: command, time to the next draw, air time, last action, encoder bias
         self._cmd, self._timer, self._air = slice(0, 3), 3, slice(4, 4 + nf)
         self._last = slice(4 + nf, 4 + nf + nu)
@@ -227,7 +248,26 @@ class VelocityTask(MujocoTask):
         qpos[:, r + 3], qpos[:, r + 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)
         qpos[:, self.qpos_ids] += self.uniform(gen, n, len(self.qpos_ids),
                                                self.cfg.reset_noise_scale)
+        if self.curriculum is not None and self.ground is not None:
+            xy = self.curriculum.spawn(n) + self.uniform(gen, n, 2, 1.0)
+            qpos[:, r:r + 2] = xy
+            qpos[:, r + 2] = self.ground(xy) + self.desc.base_height + MAX_ROUGHNESS
+            self._spawn = xy
         return qpos, torch.zeros(n, self.model.nv, dtype=torch.float64)
+
+    def before_reset(self, sim: Sim, ids: torch.Tensor) -> None:
+        if self.curriculum is None:
+            return
+        r = self.root_qpos
+        start = sim.userdata[ids, self._start]
+        walked = (sim.qpos[ids, r:r + 2] - start).norm(dim=1)
+        asked = self.commands(sim)[ids, :2].norm(dim=1) * sim.time[ids]
+        self.curriculum.update(ids, walked, asked, sim.num_envs, started=sim.time[ids] > 0)
+
+    def step_metrics(self, sim: Sim) -> dict[str, torch.Tensor]:
+        if self.curriculum is None:
+            return {}
+        return {"terrain_level": self.curriculum.ensure(sim.num_envs).double()}
 
     def _draw_commands(self, n: int, gen: torch.Generator) -> torch.Tensor:
         """[n, 3] commands from the ranges, a ``standing_fraction`` of them zero."""
@@ -249,6 +289,8 @@ class VelocityTask(MujocoTask):
         out[:, self._timer] = self._draw_timers(n, gen)
         if self.cfg.encoder_bias > 0:
             out[:, self._bias] = self.uniform(gen, n, len(self.qpos_ids), self.cfg.encoder_bias)
+        if self._spawn is not None:
+            out[:, self._start] = self._spawn
         return out
 
     def commands(self, sim: Sim) -> torch.Tensor:
@@ -351,7 +393,11 @@ class VelocityTask(MujocoTask):
     def fallen(self, sim: Sim) -> torch.Tensor:
         """[N] bool: tilted beyond ``fall_angle`` or the root below ``min_base_height``."""
         tilted = self.gravity(sim)[:, 2] > -self.cos_fall
-        low = sim.qpos[:, self.root_qpos + 2] < self.desc.min_base_height
+        r = self.root_qpos
+        height = sim.qpos[:, r + 2]
+        if self.ground is not None:
+            height = height - self.ground(sim.qpos[:, r:r + 2])
+        low = height < self.desc.min_base_height
         return tilted | low | ~torch.isfinite(sim.qpos).all(1)
 
     def terminated(self, sim: Sim) -> torch.Tensor:
@@ -362,6 +408,11 @@ class Go1Velocity(VelocityTask):
     name = "go1_velocity"
     robot = "go1"
     view = View(distance=1.6, elevation=-20.0, azimuth=135.0, track="trunk")
+
+
+class Go1VelocityRough(Go1Velocity):
+    name = "go1_velocity_rough"
+    terrain = True
 
 
 class G1Velocity(VelocityTask):

@@ -86,7 +86,8 @@ class Collector:
 
     def collect(self, steps: int) -> dict[str, float]:
         """``steps`` steps in every world; returns the per-step means of the reward terms
-        (``reward/<term>``), read with one host sync."""
+        (``reward/<term>``) and of the env's ``info["metrics"]`` (``env/<name>``), read with one
+        host sync."""
         env, learner, device = self.env, self.learner, self.device
         term_sums: dict[str, torch.Tensor] = {}
         obs = self.obs
@@ -96,11 +97,13 @@ class Collector:
             learner.process_env_step(out.reward.to(device), out.terminated.to(device),
                                      out.truncated.to(device), obs_to(out.info["final_obs"], device))
             for name, value in out.info.get("reward_terms", {}).items():
-                term_sums[name] = term_sums.get(name, 0.0) + value.sum()
+                term_sums[f"reward/{name}"] = term_sums.get(f"reward/{name}", 0.0) + value.sum()
+            for name, value in out.info.get("metrics", {}).items():  # e.g. a terrain level
+                term_sums[f"env/{name}"] = term_sums.get(f"env/{name}", 0.0) + value.sum()
         self.obs = obs
         n = steps * env.num_envs
         means = torch.stack(list(term_sums.values())).div(n).tolist() if term_sums else []
-        return {f"reward/{k}": v for k, v in zip(term_sums, means, strict=True)}
+        return dict(zip(term_sums, means, strict=True))
 
     def episode_metrics(self) -> dict[str, float]:
         """``rollout/return`` and ``rollout/length`` over the last finished episodes (one host

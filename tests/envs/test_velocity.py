@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import mujoco
+import numpy as np
 import pytest
 import torch
 
@@ -277,3 +278,54 @@ def test_nothing_measured_reads_nan_not_zero() -> None:
     report = velocity_tracking(env, env.reset(seed=0), lambda obs: torch.zeros(2, 12),
                                seconds=0.5, settle=0.2)
     assert math.isnan(report["lin_vel_rmse"]) and report["measured_seconds"] == 0.0
+
+
+def test_rough_ground_height_is_the_heightfield_s() -> None:
+    """The task's ground lookup (spawn heights, fall test) agrees with MuJoCo's heightfield,
+    probed by rays from above."""
+    from robotrl.envs.registry import task_class
+    from robotrl.envs.terrain import COLUMNS, LEVELS, TILE, Ground
+
+    model = task_class("go1_velocity_rough").load_model()
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    terrain = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, "terrain")
+    gen = torch.Generator().manual_seed(0)
+    xy = torch.rand(200, 2, generator=gen, dtype=torch.float64) * torch.tensor(
+        [LEVELS * TILE, COLUMNS * TILE], dtype=torch.float64)
+    ours = Ground()(xy)
+    geomid = np.zeros(1, dtype=np.int32)
+    for (x, y), z in zip(xy.tolist(), ours.tolist(), strict=True):
+        top = 5.0
+        dist = mujoco.mj_ray(model, data, np.array([x, y, top]), np.array([0.0, 0.0, -1.0]),
+                             None, 1, -1, geomid)
+        if geomid[0] == terrain:
+            assert top - dist == pytest.approx(z, abs=0.01)
+    assert float(ours.max()) > 0.5  # the steepest pyramids rise about a metre
+
+
+def test_terrain_curriculum_moves_worlds_by_how_far_they_walked() -> None:
+    from robotrl.envs.terrain import TILE, Curriculum
+
+    cur = Curriculum(init_level=0, gen=torch.Generator().manual_seed(0))
+    levels = cur.ensure(4)
+    levels[:] = torch.tensor([2, 2, 2, 0])
+    walked = torch.tensor([TILE, 1.0, 2.0, 0.0], dtype=torch.float64)
+    asked = torch.tensor([5.0, 5.0, 3.0, 5.0], dtype=torch.float64)
+    cur.update(torch.arange(4), walked, asked, 4, started=torch.ones(4, dtype=torch.bool))
+    assert cur.levels.tolist() == [3, 1, 2, 0]  # up, down, stay, floor at 0
+    xy = cur.spawn(4)
+    assert xy[:, 0].tolist() == [(lv + 0.5) * TILE for lv in (3, 1, 2, 0)]
+
+
+def test_rough_task_spawns_on_its_levels_and_logs_them() -> None:
+    from robotrl.envs.terrain import TILE
+
+    env = E.make("go1_velocity_rough", 8, num_threads=1, seed=0)
+    levels = env.task.curriculum.levels
+    x = env.sim.qpos[:, 0]
+    assert torch.all((x >= levels * TILE) & (x <= (levels + 1) * TILE))
+    out = env.step(torch.zeros(8, 12))
+    assert float(out.info["metrics"]["terrain_level"].mean()) == pytest.approx(
+        float(levels.double().mean()))
+    assert not bool(out.terminated.any())  # spawned above the ground, not inside it
