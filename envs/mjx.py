@@ -82,6 +82,7 @@ _STATE_FIELDS = {
     int(mujoco.mjtState.mjSTATE_ACT): "act",
     int(mujoco.mjtState.mjSTATE_HISTORY): "history",
     int(mujoco.mjtState.mjSTATE_PLUGIN): "plugin_state",
+    int(mujoco.mjtState.mjSTATE_USERDATA): "userdata",  # a task's episode variables
 }
 
 
@@ -154,10 +155,12 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        if task.num_userdata:
-            raise ValueError(f"task {task.name!r} keeps episode variables (goal, instruction) in "
-                             "MjData.userdata, which the mjx backend does not carry yet: use "
-                             "backend=mujoco")
+        if task.observation_groups():
+            raise ValueError(f"task {task.name!r} has observation groups beyond policy "
+                             f"({list(task.observation_groups())}), which the mjx backend does "
+                             "not return: use backend=mujoco")
+        self._restart_fields = _RESTART_FIELDS + (("userdata",) if task.num_userdata else ())
+        """What a restart sets: the integration state, and a task's episode variables."""
         self.num_envs = num_envs
         self.device = torch.device(device)
         if iterations is None and self.device.type == "cuda":
@@ -208,7 +211,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         self.sim.bind(self._data)
         # every restart passes every field (zeros where not given): one compilation of _restart
         self._zeros = {k: torch.zeros_like(getattr(self.sim, k), dtype=torch.float32)
-                       for k in _RESTART_FIELDS}
+                       for k in self._restart_fields}
         frame_skip, post = self.task.frame_skip, self.task.needs_cfrc_ext
 
         def physics(d: Any, ctrl: jax.Array, model: dict[str, jax.Array],
@@ -232,11 +235,15 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         self._restart = jax.jit(jax.vmap(restart))
 
     def _full_physics_layout(self) -> list[tuple[str, int]]:
-        """(mjx.Data field, size) of each ``mjSTATE_FULLPHYSICS`` element, in mj_getState order."""
+        """(mjx.Data field, size) of each ``mjSTATE_FULLPHYSICS`` element, and ``USERDATA``
+        where the task keeps episode variables there, in mj_getState order (the native
+        backend's snapshot layout)."""
         layout = []
-        for bit in range(_FULL_PHYSICS.bit_length()):
+        spec = _FULL_PHYSICS | (int(mujoco.mjtState.mjSTATE_USERDATA)
+                                if self.task.num_userdata else 0)
+        for bit in range(spec.bit_length()):
             element = 1 << bit
-            if not _FULL_PHYSICS & element:
+            if not spec & element:
                 continue
             size = mujoco.mj_stateSize(self.model, element)
             if element not in _STATE_FIELDS:
@@ -254,7 +261,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         """Restart the worlds in ``mask`` [N] bool from ``fields`` ({name: [N, ...]}; missing
         ones as after ``mj_resetData``: zero), then ``mjx.forward``."""
         jfields = {k: to_jax(fields[k].to(torch.float32) if k in fields else self._zeros[k])
-                   for k in _RESTART_FIELDS}
+                   for k in self._restart_fields}
         self._data = self._restart(self._data, to_jax(mask), jfields, self._model_fields())
         self.sim.bind(self._data)
 
@@ -267,9 +274,22 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         return MjxRandomizer(cfg, self.model, self.mjx_model, self.task.obs_dim, self.num_envs,
                              randomization_seed(self._seed), self.device)
 
-    def _reset_fields(self) -> dict[str, torch.Tensor]:
+    def _reset_fields(self, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Fresh reset samples for every world (the restart keeps those of ``mask``), after the
+        task's ``before_reset`` for the worlds of ``mask``."""
+        if type(self.task).before_reset is not MujocoTask.before_reset:  # (a host sync)
+            self.task.before_reset(self.sim, mask.nonzero().flatten())
         qpos, qvel = self.task.reset_state(self.num_envs, self._gen)
-        return {"qpos": qpos, "qvel": qvel}
+        fields = {"qpos": qpos, "qvel": qvel}
+        if self.task.num_userdata:
+            fields["userdata"] = self.task.reset_userdata(self.num_envs, self._gen)
+        return fields
+
+    def _push_userdata(self) -> None:
+        """Write the task's edits of ``sim.userdata`` (a float64 copy) back into the worlds."""
+        if self.task.num_userdata:
+            self._data = self._data.replace(userdata=to_jax(self.sim.userdata.to(torch.float32)))
+            self.sim.bind(self._data)
 
     def _out(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(torch.float32)
@@ -285,7 +305,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
             mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
             if dr is not None:
                 dr.on_reset(mask)
-            self._restart_worlds(mask, self._reset_fields())
+            self._restart_worlds(mask, self._reset_fields(mask))
             self._steps.zero_()
             obs = self.task.observe(self.sim)
             return {"policy": self._out(obs if dr is None else dr.observe(obs))}
@@ -297,19 +317,23 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
             check_action(action, self.spec, self.num_envs)
         task, sim, dev, dr = self.task, self.sim, self.device, self._dr
         with self._device_scope():
-            ctrl = action.detach().to(dev, torch.float64)
+            ctrl = policy_action = action.detach().to(dev, torch.float64)
             kick = None
             if dr is not None:
                 ctrl = dr.action(ctrl)
                 kick = dr.qvel_kick(self.model.nv)
-            ctrl = ctrl.to(torch.float32)
             before = task.before_step(sim)
-            self._data = self._physics(self._data, to_jax(ctrl), self._model_fields(), kick)
+            applied = ctrl.to(torch.float32).to(torch.float64)  # what the physics gets
+            target = task.apply_action(sim, applied, policy_action).to(torch.float32)
+            self._push_userdata()
+            self._data = self._physics(self._data, to_jax(target), self._model_fields(), kick)
             sim.bind(self._data)
-            obs = task.observe(sim)
-            terms = task.rewards(sim, before, ctrl.to(torch.float64))
+            terms = task.rewards(sim, before, applied)
             reward = torch.stack(list(terms.values())).sum(dim=0)
             terminated = task.terminated(sim).to(dev)
+            task.advance(sim, self._gen)
+            self._push_userdata()
+            obs = task.observe(sim)
             self._steps += 1
             truncated = self._steps >= self.spec.max_episode_steps
             stable = ((sim.qpos.abs() < MAX_STATE).all(dim=1)
@@ -330,7 +354,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
             if self._gpu or bool(done.any()):
                 if dr is not None:
                     dr.on_reset(done)
-                self._restart_worlds(done, self._reset_fields())
+                self._restart_worlds(done, self._reset_fields(done))
                 self._steps.masked_fill_(done, 0)
                 reset_obs = task.observe(sim)
                 if dr is not None:
@@ -383,6 +407,10 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
 
     _CKPT_FIELDS = ("time", "qpos", "qvel", "act", "ctrl", "qacc_warmstart")
 
+    @property
+    def _ckpt_fields(self) -> tuple[str, ...]:
+        return self._CKPT_FIELDS + (("userdata",) if self.task.num_userdata else ())
+
     def state_dict(self) -> dict[str, Any]:
         """Integration state (warm start and controls included), step counters, reset RNG.
 
@@ -390,7 +418,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         for tasks whose rewards read state, not derived fields of the last substep (as natively).
         """
         # clone: on CPU .cpu() returns the live tensor, which later steps update in place
-        out: dict[str, Any] = {k: getattr(self.sim, k).cpu().clone() for k in self._CKPT_FIELDS}
+        out: dict[str, Any] = {k: getattr(self.sim, k).cpu().clone() for k in self._ckpt_fields}
         out["cfrc_ext"] = self.sim.cfrc_ext.cpu().clone() if self.task.needs_cfrc_ext else None
         out.update(steps=self._steps.cpu().clone(), generator=self._gen.get_state(),
                    num_unstable=self.num_unstable,
@@ -403,7 +431,7 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
                              f"needs {tuple(self.sim.qpos.shape)}: different task or num_envs?")
         self._load_randomization(state.get("randomization"))  # first: restarts use the model
         mask = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        self._restart_worlds(mask, {k: state[k].to(self.device) for k in self._CKPT_FIELDS})
+        self._restart_worlds(mask, {k: state[k].to(self.device) for k in self._ckpt_fields})
         if state.get("cfrc_ext") is not None:
             cfrc = to_jax(state["cfrc_ext"].to(self.device, torch.float32))
             impl = self._data._impl.replace(cfrc_ext=cfrc)

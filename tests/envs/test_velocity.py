@@ -329,3 +329,22 @@ def test_rough_task_spawns_on_its_levels_and_logs_them() -> None:
     assert float(out.info["metrics"]["terrain_level"].mean()) == pytest.approx(
         float(levels.double().mean()))
     assert not bool(out.terminated.any())  # spawned above the ground, not inside it
+
+
+@pytest.mark.slow  # MJX's compilation of the Go1 step: ~40 s on a 2-core CPU
+def test_mjx_steps_the_robot_task_as_the_native_backend() -> None:
+    """The velocity task on MJX (CPU JAX): the same snapshot (episode variables included) gives
+    the same observation, and one step the same observation and reward to float32 rounding."""
+    pytest.importorskip("mujoco.mjx")
+    grid = ((0.5, 0.0, 0.3), (0.0, -0.3, 0.0))
+    mjx = E.make("go1_velocity", 2, backend="mjx", seed=0, command_grid=grid, encoder_bias=0.02)
+    native = E.make("go1_velocity", 2, num_threads=1, seed=0, command_grid=grid,
+                    encoder_bias=0.02)
+    mjx.set_state(native.get_state())
+    assert torch.allclose(mjx.sim.userdata, native.sim.userdata.float().double())
+    assert torch.allclose(mjx.task.observe(mjx.sim), native.task.observe(native.sim), atol=1e-5)
+    action = torch.randn(2, 12, generator=torch.Generator().manual_seed(0)) * 0.5
+    a, b = native.step(action), mjx.step(action)
+    assert torch.allclose(a.obs["policy"], b.obs["policy"], atol=1e-4)
+    assert torch.allclose(a.reward, b.reward, atol=1e-6)
+    assert torch.allclose(mjx.sim.userdata, native.sim.userdata.float().double(), atol=1e-6)

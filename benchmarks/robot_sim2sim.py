@@ -1,0 +1,114 @@
+"""Sim-to-sim of an exported legged policy: the ONNX actor's velocity tracking in native MuJoCo,
+in MJX on CPU JAX, under held-out physics and under latency, beside a control policy.
+
+    python benchmarks/robot_sim2sim.py --model runs/go1/policy.onnx \\
+        [--control runs/go1-nolatency/policy.onnx] [--seconds 10] [--no-mjx] [--out FILE.json]
+
+The file is the artifact a robot runs (``robotrl export``); the policy here is onnxruntime on
+the ``policy`` observation group, nothing of the training run. Rows, each the tracking report
+of ``robotrl.runners.tracking`` on its fixed command grid (12 commands, one world each):
+
+* ``native``: native MuJoCo, nominal physics (the reference);
+* ``mjx``: the same worlds on the mjx backend (MJX on CPU JAX, float32), from the same seed;
+* ``held-out``: mass x0.8 and x1.2, friction x0.3 (the training ranges were 0.9-1.1 and
+  0.4-1.25), and action latency of 2 control steps, each alone, on native MuJoCo;
+* with ``--control``: the control policy's ``native`` and ``latency 2`` rows (a policy trained
+  without latency randomization, evaluated with it).
+
+The issue's bar (92): each row's linear and yaw-rate RMSE within 20% of the ``native`` row's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from common import banner, machine_meta, write_json
+from rich.console import Console
+from rich.table import Table
+
+from robotrl.envs import make
+from robotrl.runners.tracking import COMMAND_GRID, velocity_tracking
+from robotrl.sim2real.export import read_metadata
+from robotrl.sim2real.gap import perturbation
+
+HELD_OUT = {"mass x0.8": {"mass": 0.8}, "mass x1.2": {"mass": 1.2},
+            "friction x0.3": {"friction": 0.3}, "latency 2": {"delay": 2}}
+"""Perturbations outside the 'legged' training ranges (mass 0.9-1.1, friction 0.4-1.25)."""
+
+
+def onnx_policy(path: Path) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    meta = read_metadata(path)
+
+    def policy(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        x = obs["policy"].cpu().numpy().astype(np.float32)
+        (y,) = session.run([meta["output_name"]], {meta["input_name"]: x})
+        return torch.from_numpy(y)
+
+    return policy, meta
+
+
+def track(policy: Any, meta: dict[str, Any], seconds: float, backend: str = "mujoco",
+          **perturb: Any) -> dict[str, Any]:
+    options = {k: v for k, v in meta["task_options"].items() if k != "command_grid"}
+    kwargs: dict[str, Any] = {"num_threads": 1} if backend == "mujoco" else {}
+    if perturb:
+        kwargs["randomization"] = perturbation(**perturb)
+    env = make(meta["task"], len(COMMAND_GRID), backend=backend, seed=0,
+               command_grid=COMMAND_GRID, **options, **kwargs)
+    start = time.perf_counter()
+    report = velocity_tracking(env, env.reset(seed=0), policy, seconds)
+    report["wall_s"] = time.perf_counter() - start
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--control", type=Path)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--no-mjx", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/figures/robot_sim2sim.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    console = Console()
+    console.print(banner("robot sim-to-sim", f"model {args.model}", f"{args.seconds:g} s a command"))
+    policy, meta = onnx_policy(args.model)
+    rows: dict[str, dict[str, Any]] = {"native": track(policy, meta, args.seconds)}
+    if not args.no_mjx:
+        rows["mjx"] = track(policy, meta, args.seconds, backend="mjx")
+    for name, perturb in HELD_OUT.items():
+        rows[name] = track(policy, meta, args.seconds, **perturb)
+    if args.control is not None:
+        control, control_meta = onnx_policy(args.control)
+        rows["control: native"] = track(control, control_meta, args.seconds)
+        rows["control: latency 2"] = track(control, control_meta, args.seconds, delay=2)
+    base = rows["native"]
+    table = Table(title=f"{meta['task']}: {args.model}")
+    for col in ("row", "lin RMSE m/s", "yaw RMSE rad/s", "falls/min", "vs native", "wall s"):
+        table.add_column(col, justify="right")
+    for name, r in rows.items():
+        ref = rows["control: native"] if name.startswith("control") else base
+        ratio = max(r["lin_vel_rmse"] / ref["lin_vel_rmse"], r["yaw_rate_rmse"] / ref["yaw_rate_rmse"])
+        r["worst_ratio_to_native"] = ratio
+        table.add_row(name, f"{r['lin_vel_rmse']:.3f}", f"{r['yaw_rate_rmse']:.3f}",
+                      f"{r['falls_per_minute']:.2f}", f"x{ratio:.2f}", f"{r['wall_s']:.0f}")
+    console.print(table)
+    write_json(args.out, {"model": str(args.model), "control": str(args.control or ""),
+                          "seconds": args.seconds, "rows": rows, "metadata_task": meta["task"],
+                          "machine": machine_meta()}, console)
+    console.print(json.dumps({k: round(v["worst_ratio_to_native"], 3) for k, v in rows.items()}))
+
+
+if __name__ == "__main__":
+    main()
