@@ -1,10 +1,11 @@
 """``robotrl gap checkpoint=PATH [masses=0.7,1.0,1.3] [frictions=0.5,1.0,1.5] [delays=0,1,2]
-[episodes=10] [baseline=PATH] [out=FILE.json] [seed=N] [device=cpu]``.
+[episodes=10] [baseline=PATH] [out=FILE.json] [seed=N] [device=cpu] [tracking_seconds=10]``.
 
 Evaluates a checkpoint's deterministic policy on a grid of fixed physics perturbations
 (``robotrl.sim2real.gap``), prints the table and writes it as JSON. ``baseline`` evaluates a
 second checkpoint on the same grid and prints it alongside (e.g. the policy trained without
-randomization).
+randomization). Velocity tasks also report tracking at each point (``robotrl.runners.tracking``
+on its command grid, ``tracking_seconds`` a command).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import torch
 from robotrl.cli.args import parse_kv
 
 USAGE = ("robotrl gap checkpoint=PATH [masses=0.7,1.0,1.3] [frictions=0.5,1.0,1.5] "
-         "[delays=0,1,2] [episodes=10] [baseline=PATH] [out=FILE.json] [seed=N] [device=cpu]")
+         "[delays=0,1,2] [episodes=10] [baseline=PATH] [out=FILE.json] [seed=N] [device=cpu] "
+         "[tracking_seconds=10]")
 
 
 def _floats(key: str, text: str) -> tuple[float, ...]:
@@ -37,7 +39,8 @@ def _ints(key: str, text: str) -> tuple[int, ...]:
                          f"{key}=0,1,2") from None
 
 
-def run_gap(checkpoint: str, grid: Any, device: str = "cpu") -> tuple[str, list[dict[str, Any]]]:
+def run_gap(checkpoint: str, grid: Any, device: str = "cpu", tracking_seconds: float = 10.0
+            ) -> tuple[str, list[dict[str, Any]]]:
     """(task, rows) of ``robotrl.sim2real.gap.evaluate_gap`` for the policy of ``checkpoint``."""
     from robotrl.envs.registry import config_fields
     from robotrl.experiment.build import build_algo, build_env, load_run
@@ -68,7 +71,8 @@ def run_gap(checkpoint: str, grid: Any, device: str = "cpu") -> tuple[str, list[
             env = build_env(tracked, len(COMMAND_GRID), grid.seed, train=False,
                             randomization=perturbation)
             try:
-                return velocity_tracking(env, env.reset(seed=grid.seed), policy)
+                return velocity_tracking(env, env.reset(seed=grid.seed), policy,
+                                         tracking_seconds)
             finally:
                 env.close()
 
@@ -83,7 +87,7 @@ def gap_main(argv: list[str]) -> None:
 
     args = parse_kv(argv, {"checkpoint": str, "masses": str, "frictions": str, "delays": str,
                            "episodes": int, "baseline": str, "out": str, "seed": int,
-                           "device": str})
+                           "device": str, "tracking_seconds": float})
     if "checkpoint" not in args:
         raise SystemExit(f"robotrl gap needs checkpoint=PATH\nusage: {USAGE}")
     grid = GapGrid(episodes=int(args.get("episodes", 10)), seed=int(args.get("seed", 0)))
@@ -98,10 +102,13 @@ def gap_main(argv: list[str]) -> None:
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
     device = str(args.get("device", "cpu"))
-    task, rows = run_gap(str(args["checkpoint"]), grid, device)
+    seconds = float(args.get("tracking_seconds", 10.0))
+    if seconds <= 0:
+        raise SystemExit(f"tracking_seconds must be > 0, got {seconds}")
+    task, rows = run_gap(str(args["checkpoint"]), grid, device, seconds)
     baseline = None
     if "baseline" in args:
-        _, baseline = run_gap(str(args["baseline"]), grid, device)
+        _, baseline = run_gap(str(args["baseline"]), grid, device, seconds)
     console.print(gap_table(rows, title=f"{task}: {args['checkpoint']}", baseline=baseline))
     if "out" in args:
         data = {"checkpoint": str(args["checkpoint"]), "task": task,

@@ -233,6 +233,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
+@pytest.mark.slow  # five robotrl processes: ~40 s on 2 cores (the guide test runs them too)
 def test_train_eval_gap_export_from_the_cli(tmp_path: Path) -> None:
     """The README's robot commands at tiny sizes: a run's result.json and robotrl eval carry the
     tracking report, gap adds tracking columns, the export carries the servo mapping."""
@@ -251,7 +252,7 @@ def test_train_eval_gap_export_from_the_cli(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "eval.json").read_text())["tracking"]
     assert len(report["commands"]) == len(COMMAND_GRID) and report["seconds_per_world"] == 0.5
     done = _cli("gap", f"checkpoint={run}", "masses=1.0", "frictions=1.0", "delays=2",
-                "episodes=1", f"out={tmp_path / 'gap.json'}")
+                "episodes=1", "tracking_seconds=0.5", f"out={tmp_path / 'gap.json'}")
     assert done.returncode == 0, done.stderr
     row = json.loads((tmp_path / "gap.json").read_text())["results"][0]
     assert row["delay"] == 2 and row["lin_vel_rmse"] >= 0
