@@ -106,6 +106,10 @@ class VelocityConfig(TaskConfig):
     """Weight of (air time - ``air_time_threshold``) at each touchdown, while commanded to move."""
     air_time_threshold: float = 0.2
     """Swing time (s) a touchdown must exceed to be rewarded."""
+    only_positive_rewards: bool = False
+    """Clip each step's total reward at 0 (legged_gym's ``only_positive_rewards``, MuJoCo
+    Playground's clip): early on, penalties outweigh tracking and ending the episode would pay;
+    the ``positive_clip`` term is what the clip adds back."""
     contact_force: float = 1.0
     """A foot is in contact when its touch sensor reads more than this (N)."""
     fall_angle: float = 70.0
@@ -234,7 +238,8 @@ class VelocityTask(MujocoTask):
     @property
     def reward_terms(self) -> tuple[str, ...]:
         return ("tracking_lin_vel", "tracking_ang_vel", "lin_vel_z", "ang_vel_xy", "orientation",
-                "torques", "action_rate", "joint_limits", "pose", "feet_slip", "feet_air_time")
+                "torques", "action_rate", "joint_limits", "pose", "feet_slip", "feet_air_time",
+                "positive_clip")
 
     def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         limit = torch.full((len(self.desc.joints),), float(self.cfg.action_limit))
@@ -388,7 +393,10 @@ class VelocityTask(MujocoTask):
             "feet_air_time": cfg.feet_air_time * moving * (
                 (air - cfg.air_time_threshold) * touchdown).sum(1),
         }
-        return {k: v * dt for k, v in terms.items()}
+        terms = {k: v * dt for k, v in terms.items()}
+        total = torch.stack(list(terms.values())).sum(0)
+        clip = (-total).clamp_min(0) if cfg.only_positive_rewards else torch.zeros_like(total)
+        return {**terms, "positive_clip": clip}
 
     def fallen(self, sim: Sim) -> torch.Tensor:
         """[N] bool: tilted beyond ``fall_angle`` or the root below ``min_base_height``."""

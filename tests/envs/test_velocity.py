@@ -349,3 +349,14 @@ def test_mjx_steps_the_robot_task_as_the_native_backend() -> None:
     assert torch.allclose(a.obs["policy"], b.obs["policy"], atol=1e-4)
     assert torch.allclose(a.reward, b.reward, atol=1e-6)
     assert torch.allclose(mjx.sim.userdata, native.sim.userdata.float().double(), atol=1e-6)
+
+
+def test_only_positive_rewards_clips_the_total_at_zero() -> None:
+    action = torch.randn(16, 12, generator=torch.Generator().manual_seed(0)) * 3
+    plain = _go1(16).step(action)
+    clipped = _go1(16, only_positive_rewards=True).step(action)
+    assert float(plain.reward.min()) < 0 and float(plain.info["reward_terms"][
+        "positive_clip"].abs().max()) == 0
+    torch.testing.assert_close(clipped.reward, plain.reward.clamp_min(0), atol=1e-6, rtol=0)
+    torch.testing.assert_close(clipped.info["reward_terms"]["positive_clip"],
+                               (-plain.reward).clamp_min(0), atol=1e-6, rtol=0)
