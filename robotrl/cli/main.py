@@ -19,7 +19,7 @@ def _bad_input(err: Exception) -> bool:
     kinds = [getattr(sys.modules.get(module), name, None) for module, name in BAD_INPUT]
     return any(isinstance(kind, type) and isinstance(err, kind) for kind in kinds)
 
-USAGE = """usage: robotrl <command> [key=value ...]
+USAGE = """usage: robotrl <command> [key=value ...]      robotrl --version
 
 commands:
   train   train a policy from the Hydra configs, e.g.
@@ -75,10 +75,25 @@ COMMANDS: dict[str, str] = {
 """Command -> "module:function(argv)", imported only when that command runs."""
 
 
+def version_line() -> str:
+    """``robotrl X | torch Y | mujoco Z | device``: what a bug report needs first."""
+    import mujoco
+    import torch
+
+    from robotrl import __version__
+
+    device = (f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available()
+              else f"cpu ({torch.get_num_threads()} threads)")
+    return f"robotrl {__version__} | torch {torch.__version__} | mujoco {mujoco.__version__} | {device}"
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
+        return
+    if argv[0] in ("--version", "-V", "version"):
+        print(version_line())
         return
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:

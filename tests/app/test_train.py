@@ -263,3 +263,17 @@ def test_optuna_sweep_of_two_trials(tmp_path: Path, algo: str, key: str) -> None
     rows = json.loads((tmp_path / "sweep" / "results.json").read_text())
     assert len(rows) == 2 and all((tmp_path / f"t{r['job']}" / "config.yaml").exists()
                                   for r in rows)
+
+
+def test_version_names_robotrl_torch_mujoco_and_the_device(capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    import mujoco
+
+    from robotrl import __version__
+    from robotrl.cli.main import main
+
+    main(["--version"])
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"robotrl {__version__} | torch {torch.__version__} | "
+                           f"mujoco {mujoco.__version__} | ")
+    assert line.endswith(")") and ("cpu (" in line or "cuda (" in line)
