@@ -79,6 +79,9 @@ class VelocityConfig(TaskConfig):
     """Largest per-joint encoder bias (rad) drawn per episode; 0: none."""
     tracking_sigma: float = 0.25
     """Tracking rewards are exp(-error^2 / tracking_sigma) (legged_gym's)."""
+    alive: float = 0.0
+    """Reward per step of not having fallen (Gymnasium's healthy reward; a humanoid needs one:
+    while falling, tracking pays for the fall's own velocity)."""
     tracking_lin_vel: float = 1.0
     """Weight of the (vx, vy) tracking reward."""
     tracking_ang_vel: float = 0.5
@@ -237,7 +240,7 @@ class VelocityTask(MujocoTask):
 
     @property
     def reward_terms(self) -> tuple[str, ...]:
-        return ("tracking_lin_vel", "tracking_ang_vel", "lin_vel_z", "ang_vel_xy", "orientation",
+        return ("alive", "tracking_lin_vel", "tracking_ang_vel", "lin_vel_z", "ang_vel_xy", "orientation",
                 "torques", "action_rate", "joint_limits", "pose", "feet_slip", "feet_air_time",
                 "positive_clip")
 
@@ -377,6 +380,7 @@ class VelocityTask(MujocoTask):
         moving = (cmd[:, :2].norm(dim=1) > 0.1).double()
         lin_err = (cmd[:, :2] - v[:, :2]).square().sum(1)
         terms = {
+            "alive": cfg.alive * (~self.fallen(sim)).double(),
             "tracking_lin_vel": cfg.tracking_lin_vel * torch.exp(-lin_err / cfg.tracking_sigma),
             "tracking_ang_vel": cfg.tracking_ang_vel * torch.exp(
                 -(cmd[:, 2] - w[:, 2]).square() / cfg.tracking_sigma),

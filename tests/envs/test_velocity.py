@@ -360,3 +360,13 @@ def test_only_positive_rewards_clips_the_total_at_zero() -> None:
     torch.testing.assert_close(clipped.reward, plain.reward.clamp_min(0), atol=1e-6, rtol=0)
     torch.testing.assert_close(clipped.info["reward_terms"]["positive_clip"],
                                (-plain.reward).clamp_min(0), atol=1e-6, rtol=0)
+
+
+def test_alive_reward_pays_only_upright_worlds() -> None:
+    env = _go1(2, alive=2.0)
+    state = env.get_state()
+    flipped = state.clone()
+    flipped[:, 4:8] = torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=torch.float64)  # time, then qpos
+    env.set_state(flipped[:1], env_ids=torch.tensor([0]))
+    out = env.step(torch.zeros(2, 12))
+    assert out.info["reward_terms"]["alive"].tolist() == pytest.approx([0.0, 2.0 * 0.02])
