@@ -7,8 +7,8 @@ episode length.
 A tracking term is ``weight * dt * exp(-error^2 / sigma)`` per step (``envs/tasks/velocity.py``),
 so dividing by ``weight * dt`` (read from the run's config) gives the mean of
 ``exp(-error^2 / sigma)`` over the training worlds: 1 is perfect tracking; a robot that stands
-still scores about 0.4 (linear) and 0.45 (yaw) on the default command ranges. Wall clock is the
-run's ``perf/`` time: the steps a TensorBoard point carries over the run's steps per second.
+still scores about 0.4 (linear) and 0.45 (yaw) on the default command ranges. The x axis is
+training time: the points' wall-clock times, pauses between a run and its resume left out.
 """
 
 from __future__ import annotations
@@ -21,18 +21,28 @@ import yaml
 
 
 def scalars(run: Path) -> dict[str, list[tuple[int, float, float]]]:
-    """tag -> [(step, wall seconds since the first point, value)]."""
+    """tag -> [(step, training seconds, value)]. A resumed run writes a second events file: its
+    time continues from where the first file's ended (the pause between them is not training),
+    and its points replace the first file's from its first step on."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    files = sorted(glob.glob(str(run / "events*")))
     out: dict[str, list[tuple[int, float, float]]] = {}
-    for f in files:
+    offset = 0.0
+    for f in sorted(glob.glob(str(run / "events*"))):  # the names start with a timestamp
         acc = EventAccumulator(f, size_guidance={"scalars": 0})
         acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            out.setdefault(tag, []).extend((e.step, e.wall_time, e.value) for e in acc.Scalars(tag))
-    start = min(t for points in out.values() for _, t, _ in points)
-    return {k: sorted((s, t - start, v) for s, t, v in pts) for k, pts in out.items()}
+        tags = acc.Tags()["scalars"]
+        points = {tag: acc.Scalars(tag) for tag in tags}
+        times = [e.wall_time for tag in tags for e in points[tag]]
+        if not times:
+            continue
+        start, end = min(times), max(times)
+        for tag in tags:
+            new = [(e.step, offset + e.wall_time - start, e.value) for e in points[tag]]
+            first = min(s for s, _, _ in new)
+            out[tag] = [p for p in out.get(tag, []) if p[0] < first] + new
+        offset += end - start
+    return {k: sorted(v) for k, v in out.items()}
 
 
 def main() -> None:
