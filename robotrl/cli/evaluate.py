@@ -23,8 +23,7 @@ from robotrl.cli.args import parse_kv, split_options
 
 def eval_main(argv: list[str]) -> None:
     from robotrl.checkpoint import write_json
-    from robotrl.envs.registry import config_fields
-    from robotrl.experiment.build import load_trained
+    from robotrl.experiment.build import load_trained, tracking_report, tracks_velocity
     from robotrl.logging import console
     from robotrl.runners.evaluation import run_episodes, summarize_episodes
     from robotrl.runners.tracking import format_tracking
@@ -84,28 +83,14 @@ def eval_main(argv: list[str]) -> None:
                   f"length {result['length_mean']:.1f}"
                   + (f", success {result['success']:.1%}" if "success" in result else "")
                   + f" over {result['episodes']} episodes")
-    if "command_grid" in config_fields(cfg.env.task):
-        result["tracking"] = _tracking(str(args["checkpoint"]), seed, str(args.get(
-            "device", "cpu")), options, float(args.get("tracking_seconds", 10.0)))
+    if tracks_velocity(cfg):  # the run's own config, this evaluation's options merged
+        seconds = float(args.get("tracking_seconds", 10.0))
+        if seconds <= 0:
+            raise SystemExit(f"tracking_seconds must be > 0, got {seconds}")
+        result["tracking"] = tracking_report(cfg, policy, run.seeds["eval-env"],
+                                             run.seeds["eval-reset"], seconds=seconds)
         console.print(format_tracking(result["tracking"]))
     if "out" in args:
         write_json(Path(str(args["out"])), result)
         console.print(f"wrote {args['out']}")
 
-
-def _tracking(checkpoint: str, seed: int | None, device: str, options: dict,
-              seconds: float) -> dict:
-    """The velocity-tracking report of a velocity task's run (``robotrl.runners.tracking``)."""
-    from robotrl.experiment.build import load_trained
-    from robotrl.runners.tracking import COMMAND_GRID, velocity_tracking
-    from robotrl.types import Obs, obs_to
-
-    if seconds <= 0:
-        raise SystemExit(f"tracking_seconds must be > 0, got {seconds}")
-    run = load_trained(checkpoint, len(COMMAND_GRID), seed, device,
-                       {**options, "command_grid": COMMAND_GRID})
-
-    def policy(obs: Obs) -> torch.Tensor:
-        return run.alg.act_deterministic(obs_to(obs, torch.device(device))).cpu()
-
-    return velocity_tracking(run.env, run.reset(), policy, seconds)

@@ -10,7 +10,6 @@ on its command grid, ``tracking_seconds`` a command).
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +41,13 @@ def _ints(key: str, text: str) -> tuple[int, ...]:
 def run_gap(checkpoint: str, grid: Any, device: str = "cpu", tracking_seconds: float = 10.0
             ) -> tuple[str, list[dict[str, Any]]]:
     """(task, rows) of ``robotrl.sim2real.gap.evaluate_gap`` for the policy of ``checkpoint``."""
-    from robotrl.envs.registry import config_fields
-    from robotrl.experiment.build import build_algo, build_env, load_run
+    from robotrl.experiment.build import (
+        build_algo,
+        build_env,
+        load_run,
+        tracking_report,
+        tracks_velocity,
+    )
     from robotrl.sim2real.gap import evaluate_gap
     from robotrl.types import Obs, obs_to
 
@@ -62,19 +66,11 @@ def run_gap(checkpoint: str, grid: Any, device: str = "cpu", tracking_seconds: f
         return build_env(cfg, num_envs, grid.seed, train=False, randomization=perturbation)
 
     track = None
-    if "command_grid" in config_fields(cfg.env.task):  # a velocity task: tracking too
-        from robotrl.runners.tracking import COMMAND_GRID, velocity_tracking
+    if tracks_velocity(cfg):  # a velocity task: tracking too
 
         def track(perturbation: Any) -> dict[str, Any]:
-            tracked = copy.deepcopy(cfg)
-            tracked.env.options = {**cfg.env.options, "command_grid": COMMAND_GRID}
-            env = build_env(tracked, len(COMMAND_GRID), grid.seed, train=False,
-                            randomization=perturbation)
-            try:
-                return velocity_tracking(env, env.reset(seed=grid.seed), policy,
-                                         tracking_seconds)
-            finally:
-                env.close()
+            return tracking_report(cfg, policy, grid.seed, grid.seed, perturbation,
+                                   tracking_seconds)
 
     return cfg.env.task, evaluate_gap(policy, make_env, grid, track)
 

@@ -225,3 +225,32 @@ def heldout_options(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.env.task not in list_tasks():
         return {}
     return dict(task_class(cfg.env.task).heldout_options)
+
+
+def tracks_velocity(cfg: TrainConfig) -> bool:
+    """Whether ``cfg`` trains a velocity task on the native backend (``go1_velocity``...), whose
+    evaluations add the tracking report of ``robotrl.runners.tracking``."""
+    from robotrl.envs import list_tasks
+    from robotrl.envs.registry import config_fields
+
+    return (cfg.backend.name == "mujoco" and cfg.env.task in list_tasks()
+            and "command_grid" in config_fields(cfg.env.task))
+
+
+def tracking_report(cfg: TrainConfig, policy: Any, seed: int, reset_seed: int,
+                    randomization: RandomizationConfig | None = None,
+                    seconds: float = 10.0) -> dict[str, Any]:
+    """``robotrl.runners.tracking.velocity_tracking`` of ``policy`` (observation -> action) on
+    fresh evaluation worlds of ``cfg``'s velocity task, one per command of ``COMMAND_GRID``,
+    seeded ``seed`` and reset from ``reset_seed``, with nominal physics or ``randomization``."""
+    import copy
+
+    from robotrl.runners.tracking import COMMAND_GRID, velocity_tracking
+
+    grid_cfg = copy.deepcopy(cfg)
+    grid_cfg.env.options = {**cfg.env.options, "command_grid": COMMAND_GRID}
+    env = build_env(grid_cfg, len(COMMAND_GRID), seed, train=False, randomization=randomization)
+    try:
+        return velocity_tracking(env, env.reset(seed=reset_seed), policy, seconds)
+    finally:
+        env.close()

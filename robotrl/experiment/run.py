@@ -266,32 +266,21 @@ def _tracking(cfg: TrainConfig, runner: Runner) -> dict[str, float]:
     """A velocity task's tracking report on the fixed command grid (``robotrl.runners.
     tracking``: ``lin_vel_rmse``, ``yaw_rate_rmse``, ``falls_per_minute``, ``mean_abs_torque``)
     for the run's final policy, on nominal worlds; empty for other tasks and backends."""
-    import copy
-
     import torch
 
-    from robotrl.envs.registry import config_fields, list_tasks
-    from robotrl.experiment.build import build_env
-    from robotrl.runners.tracking import COMMAND_GRID, velocity_tracking
+    from robotrl.experiment.build import tracking_report, tracks_velocity
     from robotrl.seeding import derive_seed
     from robotrl.types import Obs, obs_to
 
-    if (cfg.backend.name != "mujoco" or cfg.env.task not in list_tasks()
-            or "command_grid" not in config_fields(cfg.env.task)):
+    if not tracks_velocity(cfg):
         return {}
-    grid_cfg = copy.deepcopy(cfg)
-    grid_cfg.env.options = {**cfg.env.options, "command_grid": COMMAND_GRID}
-    env = build_env(grid_cfg, len(COMMAND_GRID), derive_seed(cfg.seed, "eval-env"), train=False)
     device = torch.device(cfg.device)
 
     def policy(obs: Obs) -> torch.Tensor:
         return runner.alg.act_deterministic(obs_to(obs, device)).cpu()
 
-    try:
-        report = velocity_tracking(env, env.reset(seed=derive_seed(cfg.seed, "eval-reset")),
-                                   policy)
-    finally:
-        env.close()
+    report = tracking_report(cfg, policy, derive_seed(cfg.seed, "eval-env"),
+                             derive_seed(cfg.seed, "eval-reset"))
     return {k: report[k] for k in ("lin_vel_rmse", "yaw_rate_rmse", "falls_per_minute",
                                    "mean_abs_torque")}
 
