@@ -29,6 +29,8 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from robotrl.config import from_dict
+
 EXTRA = "robots"
 """The optional-dependency extra that installs ``mujoco-menagerie``."""
 
@@ -110,12 +112,7 @@ def robot_description(name: str) -> RobotDescription:
     if name not in names:
         raise ValueError(f"unknown robot {name!r}; available: {names}")
     data = yaml.safe_load((robot_dir() / f"{name}.yaml").read_text()) or {}
-    fields = {f.name for f in dataclasses.fields(RobotDescription)}
-    unknown = sorted(set(data) - fields)
-    if unknown:
-        raise ValueError(f"configs/robot/{name}.yaml: unknown key(s) {unknown}; allowed: "
-                         f"{sorted(fields)}")
-    return RobotDescription(**data)
+    return from_dict(RobotDescription, data, f"configs/robot/{name}.yaml")
 
 
 def robot_spec(desc: RobotDescription) -> mujoco.MjSpec:
@@ -229,6 +226,30 @@ def _add_scene(spec: mujoco.MjSpec) -> None:
 def build_model(desc: RobotDescription, timestep: float) -> mujoco.MjModel:
     """The simulated model of ``desc``: its Menagerie spec edited by ``edit_spec``."""
     return edit_spec(robot_spec(desc), desc, timestep).compile()
+
+
+MJLAB_WHEEL = "mjlab==1.6.0"
+"""The PyPI wheel whose asset_zoo ships Menagerie's unitree_go1 and unitree_g1 (MJCF and
+meshes): the offline source of the robot models on machines that reach PyPI but not GitHub."""
+
+
+def download_mjlab_wheel(dest: str | Path) -> Path:
+    """``pip download --no-deps`` of ``MJLAB_WHEEL`` into the folder ``dest``; the wheel's path,
+    or a RuntimeError with pip's last words."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                               MJLAB_WHEEL, "-d", str(dest)], capture_output=True, text=True,
+                              timeout=600)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"pip download of {MJLAB_WHEEL} took over 10 minutes") from None
+    wheels = sorted(Path(dest).glob("mjlab-*.whl"))
+    if done.returncode or not wheels:
+        raise RuntimeError(f"pip could not download {MJLAB_WHEEL}: "
+                           f"{done.stderr.strip()[-400:]}")
+    return wheels[0]
 
 
 def menagerie_root_from_wheel(wheel: str | Path, dest: str | Path,

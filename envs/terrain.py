@@ -15,7 +15,7 @@ command asked for, and starts its next episode at the centre of a tile of its le
 
 from __future__ import annotations
 
-import math
+import functools
 
 import mujoco
 import numpy as np
@@ -35,8 +35,10 @@ MAX_SLOPE = 0.35
 """Slope (rise over run) of the steepest pyramids (about 19 degrees)."""
 
 
+@functools.cache
 def heights(seed: int = 0) -> np.ndarray:
-    """[rows (y), cols (x)] float64 ground heights (m) of the whole field."""
+    """[rows (y), cols (x)] float64 ground heights (m) of the whole field (read-only: one array
+    serves the model's heightfield and every task's ``Ground``)."""
     from scipy.ndimage import zoom
 
     rng = np.random.default_rng(seed)
@@ -53,6 +55,7 @@ def heights(seed: int = 0) -> np.ndarray:
             else:
                 tile = difficulty * MAX_SLOPE * (TILE / 2 - np.maximum(abs(dx), abs(dy)))
             out[col * n:(col + 1) * n, level * n:(level + 1) * n] = tile
+    out.setflags(write=False)
     return out
 
 
@@ -75,7 +78,7 @@ class Ground:
     (MuJoCo's surface splits each grid cell into two triangles: within a few millimetres)."""
 
     def __init__(self, seed: int = 0) -> None:
-        self.h = torch.as_tensor(heights(seed), dtype=torch.float64)
+        self.h = torch.tensor(heights(seed), dtype=torch.float64)
 
     def __call__(self, xy: torch.Tensor) -> torch.Tensor:
         """[N] heights (m) under ``xy`` [N, 2] (0 off the field)."""
@@ -125,7 +128,3 @@ class Curriculum:
         level = self.levels[self.pending].double()
         col = torch.randint(0, COLUMNS, (n,), generator=self.gen).double()
         return torch.stack([(level + 0.5) * TILE, (col + 0.5) * TILE], dim=1)
-
-    @property
-    def mean_level(self) -> float:
-        return math.nan if self.levels is None else float(self.levels.double().mean())

@@ -280,18 +280,11 @@ def point_learner() -> Callable[..., PointRun]:
     return learn_point
 
 
-MJLAB_WHEEL = "mjlab==1.6.0"
-"""The PyPI wheel whose asset_zoo ships MuJoCo Menagerie's Go1 and G1 (MJCF and meshes): the
-offline source of the robot tasks' models on machines that reach PyPI but not GitHub."""
-
-
 def _offline_menagerie() -> Path:
     """A Menagerie-shaped folder holding unitree_go1 and unitree_g1, built once per machine in
     the user cache from mjlab's wheel (``pip download --no-deps``), or the MENAGERIE_ROOT already
     set; skips (fails with ROBOTRL_REQUIRE_ROBOTS=1) when neither can be had."""
     import shutil
-    import subprocess
-    import sys
     import tempfile
 
     def unavailable(reason: str) -> None:
@@ -306,21 +299,22 @@ def _offline_menagerie() -> Path:
     given = os.environ.get("MENAGERIE_ROOT")
     if given and all((Path(given) / r).is_dir() for r in ("unitree_go1", "unitree_g1")):
         return Path(given)
+    from robotrl.envs.robots import (
+        MJLAB_WHEEL,
+        download_mjlab_wheel,
+        menagerie_root_from_wheel,
+    )
+
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     root = cache / "robotrl" / f"menagerie-{MJLAB_WHEEL.replace('==', '-')}"
     if not root.is_dir():
-        from robotrl.envs.robots import menagerie_root_from_wheel
-
         root.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet",
-                                   "--no-deps", MJLAB_WHEEL, "-d", tmp],
-                                  capture_output=True, text=True, timeout=600)
-            wheels = list(Path(tmp).glob("mjlab-*.whl"))
-            if done.returncode or not wheels:
-                unavailable(f"no MENAGERIE_ROOT and pip could not download {MJLAB_WHEEL} for "
-                            f"the robot models: {done.stderr.strip()[-300:]}")
-            built = menagerie_root_from_wheel(wheels[0], Path(tmp) / "root")
+            try:
+                wheel = download_mjlab_wheel(tmp)
+            except RuntimeError as err:
+                unavailable(f"no MENAGERIE_ROOT, and the robot models' wheel: {err}")
+            built = menagerie_root_from_wheel(wheel, Path(tmp) / "root")
             try:  # another test process may have finished first: keep its copy
                 built.rename(root)
             except OSError:

@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 import mujoco
 import torch
 
-from robotrl.envs.robots import RobotDescription, robot_description
+from robotrl.envs.robots import RobotDescription, edit_spec, robot_description, robot_spec
 from robotrl.envs.tasks.base import MujocoTask, Sim, TaskConfig, View
 from robotrl.envs.terrain import MAX_ROUGHNESS, Curriculum, Ground, add_terrain
 
@@ -170,8 +170,6 @@ class VelocityTask(MujocoTask):
 
     @classmethod
     def load_model(cls) -> mujoco.MjModel:
-        from robotrl.envs.robots import edit_spec, robot_spec
-
         desc = cls.description()
         spec = edit_spec(robot_spec(desc), desc, TIMESTEP)
         spec.nuserdata = cls.userdata_size(desc)

@@ -10,15 +10,10 @@ machines that reach PyPI but not GitHub.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from robotrl.cli.args import parse_kv
-
-MJLAB = "mjlab==1.6.0"
-"""The wheel whose asset_zoo holds Menagerie's unitree_go1 and unitree_g1."""
 
 
 def robots_main(argv: list[str]) -> None:
@@ -65,15 +60,13 @@ def _list(console: object) -> None:
 
 def offline_root(out: Path, wheel: object | None = None) -> Path:
     """``out`` laid out from mjlab's wheel (downloaded with pip unless ``wheel`` names one)."""
-    from robotrl.envs.robots import menagerie_root_from_wheel
+    from robotrl.envs.robots import download_mjlab_wheel, menagerie_root_from_wheel
 
     out.mkdir(parents=True, exist_ok=True)
     if wheel is not None:
         return menagerie_root_from_wheel(Path(str(wheel)), out)
     with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                               MJLAB, "-d", tmp], capture_output=True, text=True)
-        wheels = list(Path(tmp).glob("mjlab-*.whl"))
-        if done.returncode or not wheels:
-            raise SystemExit(f"pip could not download {MJLAB}: {done.stderr.strip()[-400:]}")
-        return menagerie_root_from_wheel(wheels[0], out)
+        try:
+            return menagerie_root_from_wheel(download_mjlab_wheel(tmp), out)
+        except RuntimeError as err:
+            raise SystemExit(str(err)) from None
