@@ -48,9 +48,12 @@ def velocity_tracking(env: BatchedEnv, obs: Obs, policy: PolicyFn, seconds: floa
     (a velocity task with ``command_grid`` set) and report the tracking.
 
     Errors are measured after each world's first ``settle`` seconds (at most half of
-    ``seconds``) and after each fall's reset. Returns ``lin_vel_rmse`` (m/s, of the planar velocity error's norm), ``yaw_rate_rmse``
-    (rad/s), ``falls``, ``falls_per_minute``, ``mean_abs_torque`` (N m over joints and steps),
-    ``sim_seconds`` (summed over worlds) and ``commands``: one row per grid command.
+    ``seconds``) and after each fall's reset. Returns ``lin_vel_rmse`` (m/s, of the planar
+    velocity error's norm), ``yaw_rate_rmse`` (rad/s), ``falls``, ``falls_per_minute``,
+    ``mean_abs_torque`` (N m over joints and steps), ``sim_seconds`` (summed over worlds),
+    ``measured_seconds`` (the part the errors average over) and ``commands``: one row per grid
+    command. The errors and torque are NaN where nothing was measured (every world fell before
+    settling), never a perfect 0.
     """
     task = tracking_task(env)
     base = getattr(env, "unwrapped", env)
