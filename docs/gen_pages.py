@@ -48,13 +48,10 @@ def reference_pages() -> None:
 def result_pages() -> None:
     from robotrl.bench.grid import load_grid
     from robotrl.bench.harness import committed_records
+    from robotrl.bench.overview import overview
     from robotrl.bench.report import report
 
-    index = ["# Benchmark results\n\n",
-             "Each table below is computed when the site is built from a benchmark grid's "
-             "committed results file (`benchmarks/results/*.json`: the compact record of every "
-             "finished cell's run directory), by the same code as `robotrl bench report`. "
-             "How to run a grid: [Benchmark a learner](../guides/benchmarks.md).\n\n"]
+    entries = []
     for path in sorted((ROOT / "benchmarks" / "grids").glob("*.yaml")):
         grid = load_grid(path)
         if not grid.results_path.is_file():
@@ -66,13 +63,16 @@ def result_pages() -> None:
             f.write(text)
             f.write(f"\n\nGrid: `benchmarks/grids/{path.name}`; results: "
                     f"`{grid.results_path}`.\n")
-        for figure in (grid.report_path.parent / "figures").glob(f"{grid.name}-*.png"):
+        shown = []
+        for figure in sorted((grid.report_path.parent / "figures").glob(f"{grid.name}-[0-9]*.png")):
             with mkdocs_gen_files.open(f"results/figures/{figure.name}", "wb") as f:
                 f.write(figure.read_bytes())
-        title = text.splitlines()[0].lstrip("# ")
-        index.append(f"- [{title}]({name}.md)\n")
+            shown.append(f"figures/{figure.name}")
+        entries.append((grid, records, f"{name}.md", shown))
     with mkdocs_gen_files.open("results/index.md", "w") as f:
-        f.writelines(index)
+        f.write(overview(entries))
+        f.write("\nEvery grid is declared in `benchmarks/grids/`; how to run one: "
+                "[Benchmark a learner](../guides/benchmarks.md).\n")
 
 
 reference_pages()

@@ -51,6 +51,15 @@ ROBOTRL = "robotrl"
 """The runner name of our own cells."""
 ORDERING_AT = ("final", "wall_clock")
 """Where an ``Ordering`` compares its two algorithms."""
+FAMILIES = {
+    "on-policy": "On-policy at rl-zoo's budget",
+    "off-policy": "Off-policy against SB3",
+    "offline": "Offline against d3rlpy and CORL's ordering",
+    "vla": "Vision-language policies",
+    "robots": "Robots",
+    "archive": "Archive: superseded and exploratory grids",
+}
+"""``Grid.family`` -> its heading on the site's results overview (``robotrl.bench.overview``)."""
 
 
 @dataclasses.dataclass
@@ -162,6 +171,9 @@ class Grid:
     target and budget; the seeds must be consecutive) for algorithms with a seed-batched
     learner; each seed still lands in its own cell directory. Cells of other algorithms, and
     seeds already started, run one per job as usual."""
+    family: str = "archive"
+    """Where the site's results overview lists it (a key of ``FAMILIES``); ``archive``:
+    superseded or exploratory."""
     notes: str = ""
     """Printed under the report's tables (how and where the cells ran, known caveats)."""
     results: str = ""
@@ -202,6 +214,9 @@ class Grid:
                                  f"{stage.budget}")
             if any(algo in p.algos for p in self.peers.values()):
                 raise ValueError(f"grid {self.name!r}: a peer cannot start from init.{algo}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"grid {self.name!r}: unknown family {self.family!r}; allowed: "
+                             f"{list(FAMILIES)}")
         for i, order in enumerate(self.orderings):
             for key in ("algo", "over"):
                 if getattr(order, key) not in self.algos:

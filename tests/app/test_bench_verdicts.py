@@ -2,6 +2,7 @@
 above) and the grid's orderings (``td3bc >= bc + 10``) met or missed, for robotrl and for each
 peer that runs both algorithms. Records are made up here, so every verdict is known."""
 
+import pytest
 import yaml
 
 from robotrl.bench.grid import load_grid
@@ -164,3 +165,38 @@ def test_the_figure_marks_each_threshold_and_names_every_contestant(tmp_path, mo
     assert dashed(ant) == [(1327, colour["ppo"])]
     legend = [t.get_text() for t in hopper.get_legend().get_texts()]
     assert legend == ["ppo", "trpo", "trpo@sb3", "threshold"]
+
+
+def test_the_results_overview_marks_each_cell_and_files_grids_by_family(tmp_path):
+    """The site's overview (robotrl.bench.overview): a threshold decides a cell's mark where
+    the grid has one, else the peer's interval; a family's grids sit under its heading, the
+    archive's without a table; a wrong family is refused naming the allowed ones."""
+    from robotrl.bench.overview import overview
+
+    def grid(name: str, family: str, **more) -> object:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"name": name, "family": family, "out": str(tmp_path),
+                                        "algos": ["ppo"], "tasks": ["hopper", "ant"],
+                                        "seeds": [0, 1, 2], "budgets": [BUDGET], **more}))
+        return load_grid(path)
+
+    zoo = grid("zoo", "on-policy", thresholds={"ppo": {"hopper": 100, "ant": 1000}})
+    peers = grid("peers", "on-policy",
+                 peers={"sb3": {"script": "peer.py", "algos": {"ppo": "PPO"}}})
+    old = grid("old", "archive")
+    ours = [*cells("robotrl", "ppo", "hopper", [150] * 3), *cells("robotrl", "ppo", "ant", [900] * 3)]
+    theirs = [*cells("sb3", "ppo", "hopper", [100, 150, 200]), *cells("sb3", "ppo", "ant", [990] * 3)]
+    page = overview([(old, ours, "old.md", []), (zoo, ours, "zoo.md", ["figures/zoo.png"]),
+                     (peers, ours + theirs, "peers.md", [])])
+    lines = page.splitlines()
+    assert "| hopper | 150 ✓ |" in lines and "| ant | 900 ✗ |" in lines  # threshold 100, 1000
+    zoo_line = next(i for i, line in enumerate(lines) if line.startswith("**[zoo](zoo.md)**"))
+    assert lines[zoo_line].endswith("3 seeds, metric `return_mean`; 1 of 2 ✓")
+    peer_line = next(i for i, line in enumerate(lines) if line.startswith("**[peers](peers.md)"))
+    assert lines[peer_line].endswith("1 of 2 ✓")  # hopper within sb3's CI, ant below it
+    assert lines.index("## On-policy at rl-zoo's budget") < zoo_line
+    archive = lines.index("## Archive: superseded and exploratory grids")
+    assert lines[archive + 2].startswith("**[old](old.md)**") and "|" not in "".join(lines[archive:])
+    assert page.count("![") == 1 and "![zoo](figures/zoo.png)" in lines
+    with pytest.raises(ValueError, match=r"unknown family 'misc'; allowed: \['on-policy'"):
+        grid("bad", "misc")
