@@ -130,6 +130,8 @@ def browser() -> Iterator[object]:
     ("", "robotrl"),
     ("guides/train/", "Train, evaluate, resume"),
     ("reference/experiment/", "robotrl.experiment"),
+    ("results/", "Results"),  # the generated overview, a figure per family
+    ("results/zoo/", "zoo: 2 algorithms x 8 tasks x 3 seeds"),  # a grid page with its figure
 ])
 def test_pages_render_without_console_errors(served: str, browser, page: str, expected: str,
                                              tmp_path: Path) -> None:
@@ -142,6 +144,12 @@ def test_pages_render_without_console_errors(served: str, browser, page: str, ex
     assert browser.find_elements(By.CSS_SELECTOR, "nav.md-nav")  # the theme's navigation
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
+    broken = browser.execute_script(  # every image loaded: no broken figure on the page
+        "return [...document.images].filter(i => !i.complete || i.naturalWidth === 0)"
+        ".map(i => i.src)")
+    assert not broken, broken
+    if page.startswith("results"):
+        assert browser.find_elements(By.CSS_SELECTOR, "article img"), "no figure"
     folder = Path(os.environ.get("ROBOTRL_SCREENSHOTS", tmp_path))
     folder.mkdir(parents=True, exist_ok=True)
     name = (page.strip("/").replace("/", "_") or "index") + ".png"
