@@ -49,7 +49,7 @@ def result_pages() -> None:
     from robotrl.bench.grid import load_grid
     from robotrl.bench.harness import committed_records
     from robotrl.bench.overview import overview
-    from robotrl.bench.report import report
+    from robotrl.bench.report import figure_paths, report
 
     entries = []
     for path in sorted((ROOT / "benchmarks" / "grids").glob("*.yaml")):
@@ -57,18 +57,19 @@ def result_pages() -> None:
         if not grid.results_path.is_file():
             continue
         records = committed_records(grid)
-        text, _ = report(grid, records, with_figures=False)
+        text, summary = report(grid, records, with_figures=False)
         name = path.stem
         with mkdocs_gen_files.open(f"results/{name}.md", "w") as f:
             f.write(text)
             f.write(f"\n\nGrid: `benchmarks/grids/{path.name}`; results: "
                     f"`{grid.results_path}`.\n")
         shown = []
-        for figure in sorted((grid.report_path.parent / "figures").glob(f"{grid.name}-[0-9]*.png")):
-            with mkdocs_gen_files.open(f"results/figures/{figure.name}", "wb") as f:
-                f.write(figure.read_bytes())
-            shown.append(f"figures/{figure.name}")
-        entries.append((grid, records, f"{name}.md", shown))
+        for _, _, figure in figure_paths(grid, records, grid.report_path.parent / "figures"):
+            if figure.is_file():
+                with mkdocs_gen_files.open(f"results/figures/{figure.name}", "wb") as f:
+                    f.write(figure.read_bytes())
+                shown.append(f"figures/{figure.name}")
+        entries.append((grid, summary, f"{name}.md", shown))
     with mkdocs_gen_files.open("results/index.md", "w") as f:
         f.write(overview(entries))
         f.write("\nEvery grid is declared in `benchmarks/grids/`; how to run one: "

@@ -1,5 +1,6 @@
-"""The site's results overview: one short table per family of grids (``Grid.family``), computed
-from the grids' committed results files by the report's own summary (``report.summarize``).
+"""The site's results overview: one short table per family of grids (``Grid.family``), from the
+summaries the grids' own pages are computed from (``report.report``), so a mark here and the
+interval on the grid's page cannot disagree.
 
 Each row is a grid's target; each column one of robotrl's algorithms; each cell the IQM over
 seeds of the final evaluation at the grid's largest budget and its verdict: ✓ where it reaches
@@ -15,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from robotrl.bench.grid import FAMILIES, ROBOTRL, Grid
-from robotrl.bench.report import summarize
 
 PASS, MISS = "✓", "✗"
 
@@ -40,17 +40,13 @@ def headline_section(grid: Grid, summary: dict[str, Any]) -> dict[str, Any] | No
                  if summary["budgets"][str(b)]["cells"]), None)
 
 
-def grid_rows(grid: Grid, summary: dict[str, Any]) -> tuple[list[str], list[list[str]], int, int]:
-    """(our algorithms, one row per target: [target, cell per algorithm], cells with a verdict,
-    cells passing) at the grid's largest budget with finished cells."""
-    section = headline_section(grid, summary)
-    algos = list(grid.algos)
-    if section is None:
-        return algos, [], 0, 0
+def grid_rows(grid: Grid, section: dict[str, Any]) -> tuple[list[list[str]], int, int]:
+    """(one row per target: [target, cell per algorithm of ``grid.algos``], cells with a
+    verdict, cells passing) of a summary's ``section`` (``headline_section``)."""
     rows, judged, passed = [], 0, 0
     for target in grid.targets:
         row = [target]
-        for algo in algos:
+        for algo in grid.algos:
             cell = section["cells"].get(f"{target}|{algo}")
             if cell is None:
                 row.append("")
@@ -67,17 +63,17 @@ def grid_rows(grid: Grid, summary: dict[str, Any]) -> tuple[list[str], list[list
             row.append(f"{text} {mark}".strip())
         if any(row[1:]):
             rows.append(row)
-    return algos, rows, judged, passed
+    return rows, judged, passed
 
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def overview(grids: list[tuple[Grid, list[dict[str, Any]], str, list[str]]]) -> str:
-    """The overview page in Markdown: ``grids`` (each with its committed records, its page's
-    address and its figures' addresses) under their families' headings, in ``FAMILIES`` order;
-    a family's table shows the first figure of its first grid that has one."""
+def overview(grids: list[tuple[Grid, dict[str, Any], str, list[str]]]) -> str:
+    """The overview page in Markdown: ``grids`` (each with its summary, ``report.report``'s, its
+    page's address and its figures' addresses) under their families' headings, in ``FAMILIES``
+    order; a family's table shows the first figure of its first grid that has one."""
     lines = ["# Results", "",
              "Each table is computed from the benchmark grids' committed results files when the "
              "site is built. A cell is the IQM over seeds of the final evaluation at the grid's "
@@ -93,14 +89,13 @@ def overview(grids: list[tuple[Grid, list[dict[str, Any]], str, list[str]]]) -> 
             continue
         lines += [f"## {heading}", ""]
         shown_figure = False
-        for grid, records, page, figures in members:
-            summary = summarize(grid, records, reps=2000)
-            algos, rows, judged, passed = grid_rows(grid, summary)
+        for grid, summary, page, figures in members:
+            section = headline_section(grid, summary)
+            rows, judged, passed = grid_rows(grid, section) if section else ([], 0, 0)
             budget = max(grid.budgets)
-            unit = "updates" if grid.datasets else "steps"
+            unit = "updates" if grid.offline else "steps"
             seeds = _plural(len(grid.seeds), "seed")
             score = f"; {passed} of {judged} ✓" if judged else ""
-            section = headline_section(grid, summary)
             found = [o for o in (section or {}).get("orderings", []) if o["runner"] == ROBOTRL]
             if found:
                 met = sum(o["met"] for o in found)
@@ -109,8 +104,8 @@ def overview(grids: list[tuple[Grid, list[dict[str, Any]], str, list[str]]]) -> 
                       f"metric `{grid.metric}`{score}", ""]
             if family == "archive" or not rows:
                 continue
-            lines += ["| target | " + " | ".join(algos) + " |",
-                      "|---|" + "---|" * len(algos)]
+            lines += ["| target | " + " | ".join(grid.algos) + " |",
+                      "|---|" + "---|" * len(grid.algos)]
             lines += ["| " + " | ".join(row) + " |" for row in rows]
             lines.append("")
             if not shown_figure and figures:

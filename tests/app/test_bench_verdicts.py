@@ -172,6 +172,7 @@ def test_the_results_overview_marks_each_cell_and_files_grids_by_family(tmp_path
     the grid has one, else the peer's interval; a family's grids sit under its heading, the
     archive's without a table; a wrong family is refused naming the allowed ones."""
     from robotrl.bench.overview import overview
+    from robotrl.bench.report import summarize
 
     def grid(name: str, family: str, **more) -> object:
         path = tmp_path / f"{name}.yaml"
@@ -186,8 +187,9 @@ def test_the_results_overview_marks_each_cell_and_files_grids_by_family(tmp_path
     old = grid("old", "archive")
     ours = [*cells("robotrl", "ppo", "hopper", [150] * 3), *cells("robotrl", "ppo", "ant", [900] * 3)]
     theirs = [*cells("sb3", "ppo", "hopper", [100, 150, 200]), *cells("sb3", "ppo", "ant", [990] * 3)]
-    page = overview([(old, ours, "old.md", []), (zoo, ours, "zoo.md", ["figures/zoo.png"]),
-                     (peers, ours + theirs, "peers.md", [])])
+    page = overview([(old, summarize(old, ours, reps=500), "old.md", []),
+                     (zoo, summarize(zoo, ours, reps=500), "zoo.md", ["figures/zoo.png"]),
+                     (peers, summarize(peers, ours + theirs, reps=500), "peers.md", [])])
     lines = page.splitlines()
     assert "| hopper | 150 ✓ |" in lines and "| ant | 900 ✗ |" in lines  # threshold 100, 1000
     zoo_line = next(i for i, line in enumerate(lines) if line.startswith("**[zoo](zoo.md)**"))
