@@ -213,6 +213,10 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         self._zeros = {k: torch.zeros_like(getattr(self.sim, k), dtype=torch.float32)
                        for k in self._restart_fields}
         frame_skip, post = self.task.frame_skip, self.task.needs_cfrc_ext
+        # dm_control's tasks read the new state's positions and velocities (mj_step1 after the
+        # step); MJX has no mj_step1, so mjx.forward: the same position and velocity fields,
+        # acceleration fields of the new state (not the last substep's, as in MuJoCo)
+        current = self.task.step_stage != int(mujoco.mjtStage.mjSTAGE_NONE)
 
         def physics(d: Any, ctrl: jax.Array, model: dict[str, jax.Array],
                     kick: jax.Array | None) -> Any:
@@ -221,6 +225,8 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
             if kick is not None:  # a randomization push
                 d = d.replace(qvel=d.qvel + kick)
             d = jax.lax.fori_loop(0, frame_skip, lambda _, d: mjx.step(mw, d), d)
+            if current:
+                d = mjx.forward(mw, d)
             # Gymnasium's cfrc_ext: mj_rnePostConstraint after mj_step
             return mjx.rne_postconstraint(mw, d) if post else d
 

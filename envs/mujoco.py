@@ -123,7 +123,10 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         self.device = torch.device(device)
         self.model = task.model
         self.batch = Batch(
-            self.model, num_envs, num_threads, persistent=task.needs_cfrc_ext
+            # persistent where the task reads derived fields after a step: the stages computed
+            # at the new state then carry into the next step instead of being recomputed
+            self.model, num_envs, num_threads,
+            persistent=task.needs_cfrc_ext or task.step_stage != _STAGE_NONE,
         )
         self.sim = BatchSim(self.batch, self.model)
         self._ctrl = self.sim.ctrl
@@ -228,7 +231,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         """Advance all worlds one control step; return the bool mask of unstable worlds."""
         unstable = np.zeros(self.num_envs, dtype=bool)
         try:
-            self.batch.step(nstep=self.task.frame_skip)
+            self.batch.step(nstep=self.task.frame_skip, stage=self.task.step_stage)
         except SimulationError as err:
             unstable[err.ids] = True
         counts = self._warning_counts()

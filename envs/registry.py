@@ -47,6 +47,13 @@ _TASKS: dict[str, str] = {
     "go1_velocity": "velocity:Go1Velocity",
     "go1_velocity_rough": "velocity:Go1VelocityRough",
     "g1_velocity": "velocity:G1Velocity",
+    # the DeepMind Control Suite (robotrl.envs.tasks.dmc; models from the dm_control package)
+    "dmc/cheetah-run": "dmc.cheetah:CheetahRun",
+    "dmc/walker-stand": "dmc.walker:WalkerStand",
+    "dmc/walker-walk": "dmc.walker:WalkerWalk",
+    "dmc/walker-run": "dmc.walker:WalkerRun",
+    "dmc/hopper-stand": "dmc.hopper:HopperStand",
+    "dmc/hopper-hop": "dmc.hopper:HopperHop",
 }
 
 

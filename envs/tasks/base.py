@@ -54,24 +54,29 @@ def gymnasium_asset(file: str) -> str:
 
 
 _TOTAL_MASS = re.compile(r'\s+settotalmass="([^"]*)"')
+_INCLUDE = re.compile(r'<include\s+file="([^"]*)"')
 
 
-class GymnasiumSpec:
-    """A Gymnasium MJCF as an ``MjSpec``, without MuJoCo 4's deprecated compiler attribute
-    ``settotalmass`` (HalfCheetah's: each load printed a deprecation warning, through the
-    progress bar). The attribute comes out of the XML and the compiled model gets what it did:
-    ``mj_setTotalmass`` scales masses and inertias, ``mj_setConst`` recomputes what depends on
-    them (checked equal to Gymnasium's own model in tests/envs/test_tasks.py)."""
+class MjcfSpec:
+    """An MJCF file as an ``MjSpec``, without MuJoCo 4's deprecated compiler attribute
+    ``settotalmass`` (Gymnasium's and dm_control's HalfCheetah: each load printed a deprecation
+    warning, through the progress bar). The attribute comes out of the XML and the compiled model
+    gets what it did: ``mj_setTotalmass`` scales masses and inertias, ``mj_setConst`` recomputes
+    what depends on them (checked equal to Gymnasium's own model in tests/envs/test_tasks.py and
+    to dm_control's in tests/envs/test_dmc.py). Includes resolve next to the file."""
 
-    def __init__(self, file: str) -> None:
-        path = gymnasium_asset(file)
+    def __init__(self, path: str) -> None:
         with open(path) as f:
             xml = f.read()
         found = _TOTAL_MASS.search(xml)
         self.total_mass = float(found.group(1)) if found else None
         """The file's ``settotalmass`` (None: it has none)."""
-        self.spec = mujoco.MjSpec.from_string(_TOTAL_MASS.sub("", xml) if found else xml)
-        self.spec.modelfiledir = os.path.dirname(path)
+        folder = os.path.dirname(path)
+        include = {name: open(os.path.join(folder, name), "rb").read()
+                   for name in _INCLUDE.findall(xml)}
+        self.spec = mujoco.MjSpec.from_string(_TOTAL_MASS.sub("", xml) if found else xml,
+                                              include=include or None)
+        self.spec.modelfiledir = folder
 
     def compile_model(self) -> mujoco.MjModel:
         """Compile the spec, then rescale to the file's total mass as its compiler would."""
@@ -80,6 +85,13 @@ class GymnasiumSpec:
             mujoco.mj_setTotalmass(model, self.total_mass)
             mujoco.mj_setConst(model, mujoco.MjData(model))
         return model
+
+
+class GymnasiumSpec(MjcfSpec):
+    """A Gymnasium MJCF (a file name in its assets) as an ``MjcfSpec``."""
+
+    def __init__(self, file: str) -> None:
+        super().__init__(gymnasium_asset(file))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +129,11 @@ class MujocoTask(ABC):
     """The task's config dataclass."""
     needs_cfrc_ext: ClassVar[bool] = False
     """Whether the task reads ``cfrc_ext`` as Gymnasium computes it after a step."""
+    step_stage: ClassVar[int] = int(mujoco.mjtStage.mjSTAGE_NONE)
+    """The forward stages computed at the new state after a control step, before the task reads
+    it: ``mjSTAGE_NONE`` (Gymnasium's: derived fields describe the state before the last
+    substep) or ``mjSTAGE_VEL`` (dm_control's: ``mj_step1`` after the step makes positions,
+    velocities and their sensors current; acceleration sensors stay the last substep's)."""
     unobserved_qpos: int | None = None
     """Leading ``qpos`` entries the observation leaves out (the root's x, or x and y) where the
     observation starts with ``qpos[unobserved_qpos:]`` and then ``qvel``; None where it does

@@ -43,8 +43,10 @@ def _config_dir() -> Path:
 
 
 def group_options(group: str) -> list[str]:
-    """Option names available for a config group (its YAML files)."""
-    return sorted(p.stem for p in (_config_dir() / group).glob("*.yaml"))
+    """Option names available for a config group (its YAML files; a file in a subfolder is
+    ``folder/name``, as Hydra selects it: ``env=dmc/walker-run``)."""
+    root = _config_dir() / group
+    return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
 
 
 class ConfigError(ValueError):
