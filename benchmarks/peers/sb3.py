@@ -323,9 +323,18 @@ class Replayable(gym.Wrapper):
     of the same kind: its reset's seed, options and world RNG state before it, and the actions
     since."""
 
+    def _rng(self, state: Any = None) -> Any:
+        """The world RNG's state (``state`` given: restore it). A ``Generator``'s bit generator,
+        or a legacy ``RandomState`` (dm_control's task RNG, which Shimmy's envs expose)."""
+        rng = self.unwrapped.np_random
+        if isinstance(rng, np.random.RandomState):
+            return rng.get_state() if state is None else rng.set_state(tuple(state))
+        if state is None:
+            return copy.deepcopy(rng.bit_generator.state)
+        rng.bit_generator.state = state
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        self.episode = {"seed": seed, "options": options,
-                        "rng": copy.deepcopy(self.unwrapped.np_random.bit_generator.state)}
+        self.episode = {"seed": seed, "options": options, "rng": self._rng()}
         self.actions: list[np.ndarray] = []
         return self.env.reset(seed=seed, options=options)
 
@@ -339,7 +348,7 @@ class Replayable(gym.Wrapper):
 
     def replay(self, episode: dict[str, Any]) -> Any:
         """Reset and step as the ``saved`` episode did; the last observation."""
-        self.unwrapped.np_random.bit_generator.state = episode["rng"]
+        self._rng(episode["rng"])
         obs, _ = self.reset(seed=episode["seed"], options=episode["options"])
         for action in episode["actions"]:
             obs = self.step(action)[0]

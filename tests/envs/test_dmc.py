@@ -98,16 +98,15 @@ def test_initial_states_equal_dm_control_given_its_draws(name: str) -> None:
         assert env.observe()["policy"].shape == (2, len(flat(first.observation)))
 
 
-def test_the_model_is_dm_controls() -> None:
-    for name in TASKS:
-        ours, ref = make_task(name).model, dm_env(name, 0).physics.model.ptr
-        for field in ("body_mass", "body_inertia", "geom_size", "geom_friction", "jnt_range",
-                      "actuator_gear", "actuator_ctrlrange", "dof_damping", "opt.timestep"):
-            a = ours
-            b = ref
-            for part in field.split("."):
-                a, b = getattr(a, part), getattr(b, part)
-            np.testing.assert_allclose(a, b, rtol=1e-12, err_msg=f"{name}: {field}")
+@pytest.mark.parametrize("name", TASKS)
+def test_the_model_is_dm_controls(name: str) -> None:
+    ours, ref = make_task(name).model, dm_env(name, 0).physics.model.ptr
+    for field in ("body_mass", "body_inertia", "geom_size", "geom_friction", "jnt_range",
+                  "actuator_gear", "actuator_ctrlrange", "dof_damping", "opt.timestep"):
+        a, b = ours, ref
+        for part in field.split("."):
+            a, b = getattr(a, part), getattr(b, part)
+        np.testing.assert_allclose(a, b, rtol=1e-12, err_msg=f"{name}: {field}")
 
 
 def _mutated(kind: str):
@@ -147,3 +146,21 @@ def test_tolerance_shapes_match_dm_control() -> None:
                 np.testing.assert_allclose(ours.numpy(), ref, atol=1e-12)
     with pytest.raises(ValueError, match="allowed"):
         dmc.tolerance(torch.zeros(1), (0, 0), 1.0, "sigmoidal")
+
+
+def test_the_gymnasium_backend_runs_dm_controls_own_environment() -> None:
+    """``backend=gymnasium`` is dm_control's environment through Shimmy, its observation in
+    ours' layout: seeded alike, its first observations are ours' initial states'."""
+    pytest.importorskip("shimmy", reason="pip install 'robotrl[dmc]'")
+    import robotrl.envs
+
+    name = "dmc/walker-walk"
+    theirs = robotrl.envs.make(name, 1, backend="gymnasium", seed=5)
+    first = theirs.reset(seed=5)["policy"][0]
+    task = make_task(name)
+    qpos, qvel, _ = task.initial_state(np.random.RandomState(5), 1)
+    env = MujocoEnv(task, 1, num_threads=1)
+    env.set_state(torch.cat([torch.zeros(1, 1), qpos, qvel], dim=1))
+    np.testing.assert_allclose(first.numpy(), env.observe()["policy"][0].numpy(), atol=1e-6)
+    out = theirs.step(torch.zeros(1, task.model.nu))
+    assert out.reward.shape == (1,) and not bool(out.terminated[0])

@@ -171,18 +171,50 @@ class DmcConfig(TaskConfig):
     """Control steps per episode (dm_control's time limit over its control timestep)."""
 
 
+def dm_control_env(domain: str, task: str, **kwargs: Any) -> Any:
+    """dm_control's own environment of ``domain``-``task`` as a Gymnasium env through Farama's
+    Shimmy, its observation flattened in dm_control's key order (the layout of ours' ``policy``
+    group), so a policy moves between the two. ``kwargs``: Shimmy's (``render_mode``...)."""
+    os.environ.setdefault("MUJOCO_GL", "disable")  # dm_control's renderer: not needed to step
+    try:
+        import gymnasium
+        import shimmy  # noqa: F401  (registers dm_control/<domain>-<task>-v0)
+    except ImportError as err:
+        raise ModuleNotFoundError(f"dm_control's own environments need Shimmy: {EXTRA}") from err
+    env = gymnasium.make(f"dm_control/{domain}-{task}-v0", **kwargs)
+    keys = list(env.unwrapped._env.observation_spec())  # dm_control's order
+    size = sum(int(np.prod(env.observation_space[k].shape, dtype=int)) for k in keys)
+    space = gymnasium.spaces.Box(-np.inf, np.inf, (size,), np.float64)
+
+    def flatten(obs: dict[str, np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.asarray(obs[k], dtype=np.float64).ravel() for k in keys])
+    return gymnasium.wrappers.TransformObservation(env, flatten, space)
+
+
 class DmcTask(MujocoTask):
     """A task of the DeepMind Control Suite. Subclasses set the domain's file, the control
     timestep (``frame_skip``), the observation (``observe_parts``, keys in dm_control's order),
-    the reward (``reward``) and the initial state (``initialize``)."""
+    the reward (``reward``) and the initial state (``initialize``). ``gym_id`` names
+    dm_control's own environment (``dm_control_env``): ``backend=gymnasium`` runs it."""
 
-    gym_id = ""  # not a Gymnasium task
     config_cls = DmcConfig
     step_stage = int(mujoco.mjtStage.mjSTAGE_VEL)
     domain: ClassVar[str]
     """dm_control's domain (the model is ``<domain>.xml`` in its suite)."""
     reward_terms = ("reward",)
     view = View(distance=4.0, elevation=-20.0)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            import gymnasium
+
+            domain, task = cls.name.removeprefix("dmc/").split("-", 1)
+            cls.gym_id = f"robotrl/dmc-{domain}-{task}-v0"
+            if cls.gym_id not in gymnasium.registry:
+                gymnasium.register(cls.gym_id, entry_point=dm_control_env,
+                                   kwargs={"domain": domain, "task": task},
+                                   disable_env_checker=True)
 
     def __init__(self, cfg: TaskConfig, model: mujoco.MjModel) -> None:
         super().__init__(cfg, model)
