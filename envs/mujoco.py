@@ -35,7 +35,7 @@ from robotrl.envs.base import (
     where_done,
 )
 from robotrl.envs.randomizer import BatchRandomizer, RandomizedEnv, randomization_seed
-from robotrl.envs.tasks.base import MujocoTask
+from robotrl.envs.tasks.base import MujocoTask, before_opengl
 
 OBSERVATIONS: tuple[str, ...] = ("policy", "privileged")
 """Observation groups this backend returns for every task (a task may add its own:
@@ -429,6 +429,7 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         if renderer is None or (renderer.width, renderer.height) != (width, height):
             if renderer is not None:
                 renderer.close()
+            before_opengl()
             self._renderer = renderer = mujoco.Renderer(_render_model(self.model), height=height,
                                                         width=width)
         if camera == "task":

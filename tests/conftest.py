@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes.util
 import os
+import sys
 
 # Offscreen OpenGL for the tests that render (their child processes inherit it), set here,
 # before anything imports MuJoCo, which reads MUJOCO_GL at its first import. Only where an EGL
@@ -29,6 +30,19 @@ from robotrl.types import BatchedEnv, BuildContext, EnvSpec, Obs, ObsSpec, StepO
 # with the simulator's pool and with each other on CI's 2 cores (measured: a 64-block residual
 # net export takes 8.7 s with the default threads, 0.5 s with one).
 torch.set_num_threads(1)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """absl's log handler (dm_control's logging) closes its stream when logging is configured
+    again (hydra's ``dictConfig`` closes every handler) unless that stream is ``sys.stderr`` at
+    the time: created while pytest captured, its stream was pytest's capture file, closed under
+    a later test's ``capsys`` (every later test of that worker then errored, "I/O operation on
+    closed file"). It writes to the process's own stderr instead."""
+    try:
+        from absl import logging as absl_logging
+    except ImportError:
+        return
+    absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
 
 SMALL_ALGOS: dict[str, dict[str, Any]] = {
     "ppo": {"rollout_steps": 8, "actor_hidden": [32, 32], "critic_hidden": [32, 32]},

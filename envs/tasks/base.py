@@ -57,6 +57,19 @@ _TOTAL_MASS = re.compile(r'\s+settotalmass="([^"]*)"')
 _INCLUDE = re.compile(r'<include\s+file="([^"]*)"')
 
 
+def before_opengl() -> None:
+    """Load Triton (torch's GPU compiler, in torch's CUDA wheels) before an OpenGL context.
+
+    Mesa's EGL driver loads its own LLVM into the process; Triton's library, loaded after it,
+    crashes the process (a segmentation fault in ``import triton``, seen with triton 3.8.0 beside
+    Debian's Mesa: ``torch._dynamo``, ``torch.export`` and ``transformers`` import it). Loaded
+    first, both work. Called before ``mujoco.Renderer`` and before dm_control's import (which
+    opens its EGL display there); costs ~0.1 s once, nothing where Triton is not installed."""
+    from torch.utils._triton import has_triton_package
+
+    has_triton_package()  # imports triton when it is installed
+
+
 class MjcfSpec:
     """An MJCF file as an ``MjSpec``, without MuJoCo 4's deprecated compiler attribute
     ``settotalmass`` (Gymnasium's and dm_control's HalfCheetah: each load printed a deprecation

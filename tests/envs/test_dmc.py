@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 import torch
 
+from robotrl.envs.tasks.base import before_opengl
+
 os.environ.setdefault("MUJOCO_GL", "disable")  # dm_control's renderer is not needed here
+before_opengl()  # conftest's MUJOCO_GL=egl: dm_control opens its display on import
 suite = pytest.importorskip("dm_control.suite", reason="pip install 'robotrl[dmc]'")
 
 from robotrl.envs.mujoco import MujocoEnv  # noqa: E402

@@ -40,6 +40,23 @@ def _robotrl(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
                           capture_output=True, text=True, timeout=600)
 
 
+
+def test_rendering_then_torchs_compiler_in_one_process(gl: None) -> None:
+    """An env that rendered (Mesa's EGL driver, with its LLVM, loaded), then ``torch._dynamo``
+    (``torch.export`` and transformers import it, and with it Triton where torch's CUDA wheel
+    installed it) in the same process: Triton loaded after Mesa crashed it (a segmentation
+    fault, every CI worker that collected tests/envs/test_dmc.py before tests/vla). The env
+    loads Triton before its first renderer (``before_opengl``)."""
+    code = """
+from robotrl.envs import make
+make("hopper", num_envs=1).render(0, 32, 32)
+import torch._dynamo
+print("ok")
+"""
+    run = subprocess.run([sys.executable, "-c", code], env=GL_ENV, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
+
 _TRACKING = """
 import copy, json
 import mujoco, numpy as np

@@ -29,7 +29,7 @@ import mujoco
 import numpy as np
 import torch
 
-from robotrl.envs.tasks.base import MjcfSpec, MujocoTask, Sim, TaskConfig, View
+from robotrl.envs.tasks.base import MjcfSpec, MujocoTask, Sim, TaskConfig, View, before_opengl
 
 EXTRA = "pip install 'robotrl[dmc]'"
 """What installs the suite's models."""
@@ -176,6 +176,7 @@ def dm_control_env(domain: str, task: str, **kwargs: Any) -> Any:
     Shimmy, its observation flattened in dm_control's key order (the layout of ours' ``policy``
     group), so a policy moves between the two. ``kwargs``: Shimmy's (``render_mode``...)."""
     os.environ.setdefault("MUJOCO_GL", "disable")  # dm_control's renderer: not needed to step
+    before_opengl()  # dm_control opens its OpenGL display on import where MUJOCO_GL is set
     try:
         import gymnasium
         import shimmy  # noqa: F401  (registers dm_control/<domain>-<task>-v0)
