@@ -54,6 +54,19 @@ _TASKS: dict[str, str] = {
     "dmc/walker-run": "dmc.walker:WalkerRun",
     "dmc/hopper-stand": "dmc.hopper:HopperStand",
     "dmc/hopper-hop": "dmc.hopper:HopperHop",
+    "dmc/reacher-easy": "dmc.reacher:ReacherEasy",
+    "dmc/reacher-hard": "dmc.reacher:ReacherHard",
+    "dmc/finger-spin": "dmc.finger:FingerSpin",
+    "dmc/pendulum-swingup": "dmc.pendulum:PendulumSwingup",
+    "dmc/acrobot-swingup": "dmc.acrobot:AcrobotSwingup",
+    "dmc/ball_in_cup-catch": "dmc.ball_in_cup:BallInCupCatch",
+    "dmc/humanoid-stand": "dmc.humanoid:HumanoidStand",
+    "dmc/humanoid-walk": "dmc.humanoid:HumanoidWalk",
+    "dmc/humanoid-run": "dmc.humanoid:HumanoidRun",
+    "dmc/cartpole-balance": "dmc.cartpole:CartpoleBalance",
+    "dmc/cartpole-swingup": "dmc.cartpole:CartpoleSwingup",
+    "dmc/quadruped-walk": "dmc.quadruped:QuadrupedWalk",
+    "dmc/quadruped-run": "dmc.quadruped:QuadrupedRun",
 }
 
 
