@@ -67,6 +67,7 @@ _TASKS: dict[str, str] = {
     "dmc/cartpole-swingup": "dmc.cartpole:CartpoleSwingup",
     "dmc/quadruped-walk": "dmc.quadruped:QuadrupedWalk",
     "dmc/quadruped-run": "dmc.quadruped:QuadrupedRun",
+    "dmc/fish-swim": "dmc.fish:FishSwim",
 }
 
 
