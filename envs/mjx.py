@@ -230,11 +230,17 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
             # Gymnasium's cfrc_ext: mj_rnePostConstraint after mj_step
             return mjx.rne_postconstraint(mw, d) if post else d
 
+        m_reset = m  # the reset's mj_forward: without actuation for dm_control's tasks
+        if self.task.reset_unactuated:
+            unactuated = copy.copy(self.model)
+            unactuated.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_ACTUATION)
+            m_reset = mjx.put_model(unactuated, device=self._jdev)
+
         def restart(d: Any, mask: jax.Array, fields: dict[str, jax.Array],
                     model: dict[str, jax.Array]) -> Any:
             # as mj_resetData + setting the state + mj_forward (Gymnasium's reset/set_state);
             # cfrc_ext stays zero as after Gymnasium's reset
-            fresh = mjx.forward(with_fields(m, model), template.replace(**fields))
+            fresh = mjx.forward(with_fields(m_reset, model), template.replace(**fields))
             return jax.tree.map(lambda a, b: jnp.where(mask, a, b), fresh, d)
 
         self._physics = jax.jit(jax.vmap(physics))
@@ -289,6 +295,9 @@ class MjxEnv(RandomizedEnv, BatchedEnv):
         fields = {"qpos": qpos, "qvel": qvel}
         if self.task.num_userdata:
             fields["userdata"] = self.task.reset_userdata(self.num_envs, self._gen)
+        act = self.task.reset_act(self.num_envs, self._gen)
+        if act is not None:
+            fields["act"] = act
         return fields
 
     def _push_userdata(self) -> None:

@@ -42,6 +42,7 @@ OBSERVATIONS: tuple[str, ...] = ("policy", "privileged")
 ``MujocoTask.observation_groups``, e.g. ``tokens`` and the camera's ``image``)."""
 
 _STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
+_NO_ACTUATION = int(mujoco.mjtDisableBit.mjDSBL_ACTUATION)
 # warnings after which MuJoCo has auto-reset the world: the physics went unstable
 _UNSTABLE = slice(int(mujoco.mjtWarning.mjWARN_BADQPOS), int(mujoco.mjtWarning.mjWARN_BADQACC) + 1)
 assert _UNSTABLE.stop - _UNSTABLE.start == 3  # BADQPOS, BADQVEL, BADQACC are adjacent
@@ -172,6 +173,10 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
             _, height, width = extra["image"][0]
             self._camera = RayCamera(self.model, task.camera, width, height)
         self._userdata = self.batch.bind("userdata")
+        self._act = self.batch.bind("act")
+        self._disableflags = (self.batch.expand("opt.disableflags")
+                              if task.reset_unactuated else None)
+        """Per-world ``opt.disableflags``, where the reset's mj_forward runs without actuation."""
         self._dr: BatchRandomizer | None = None
         dr_cfg = resolve_randomization(randomization)
         if dr_cfg.enabled():
@@ -205,7 +210,15 @@ class MujocoEnv(RandomizedEnv, BatchedEnv):
         self._qvel[ids] = qvel.numpy()
         if self.task.num_userdata:
             self._userdata[ids] = self.task.reset_userdata(len(ids), self._gen).numpy()
-        self.batch.forward(ids)  # as Gymnasium's set_state: mj_forward at the new state
+        act = self.task.reset_act(len(ids), self._gen)
+        if act is not None:
+            self._act[ids] = act.numpy()
+        if self._disableflags is None:
+            self.batch.forward(ids)  # as Gymnasium's set_state: mj_forward at the new state
+        else:  # as dm_control's resets: mj_forward without actuation
+            self._disableflags[ids] |= _NO_ACTUATION
+            self.batch.forward(ids)
+            self._disableflags[ids] &= ~_NO_ACTUATION
         self._after_reset(ids)
         self._pending_unstable[ids] = False
 

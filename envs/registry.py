@@ -68,6 +68,7 @@ _TASKS: dict[str, str] = {
     "dmc/quadruped-walk": "dmc.quadruped:QuadrupedWalk",
     "dmc/quadruped-run": "dmc.quadruped:QuadrupedRun",
     "dmc/fish-swim": "dmc.fish:FishSwim",
+    "dmc/dog-run": "dmc.dog:DogRun",
 }
 
 

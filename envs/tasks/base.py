@@ -321,6 +321,16 @@ class MujocoTask(ABC):
         """[n, num_userdata] float64 episode variables of ``n`` fresh episodes."""
         return torch.zeros(n, 0, dtype=torch.float64)
 
+    def reset_act(self, n: int, gen: torch.Generator) -> torch.Tensor | None:
+        """[n, na] float64 actuator activations of ``n`` fresh episodes, asked for right after
+        ``reset_state`` (same worlds); None (the default): zero, as ``mj_resetData`` leaves
+        them."""
+        return None
+
+    reset_unactuated: ClassVar[bool] = False
+    """The reset's ``mj_forward`` runs with actuation disabled (as dm_control's resets), so the
+    first observation's acceleration-stage quantities carry no actuator force."""
+
     has_success: ClassVar[bool] = False
     """The task defines ``success`` (reported as ``info["success"]``)."""
 

@@ -62,7 +62,11 @@ def episode_gap(name: str, seed: int = 0, steps: int = 1000, mutate=None) -> flo
     env.batch.state[0, :state.size] = state
     userdata = task.userdata_of(ref.physics.model.ptr, ref.physics.data.ptr)
     env.batch.bind("userdata")[0] = userdata
+    env.batch.bind("act")[0] = ref.physics.data.act
+    flags = env.batch.expand("opt.disableflags")  # dm_control's reset: mj_forward unactuated
+    flags[0] |= int(mujoco.mjtDisableBit.mjDSBL_ACTUATION)
     env.batch.forward([0])
+    flags[0] &= ~int(mujoco.mjtDisableBit.mjDSBL_ACTUATION)
     gap = float(np.abs(task.observe(env.sim)[0].numpy() - flat(first.observation)).max())
     rng = np.random.default_rng(seed)
     spec = ref.action_spec()
@@ -92,12 +96,13 @@ def test_initial_states_equal_dm_control_given_its_draws(name: str) -> None:
     task = make_task(name)
     for seed in (0, 1):
         ref = dm_env(name, seed)
-        qpos, qvel, userdata = task.initial_state(np.random.RandomState(seed), 3)
+        qpos, qvel, userdata, act = task.initial_state(np.random.RandomState(seed), 3)
         for episode in range(3):  # later episodes continue the same RandomState
             first = ref.reset()
             physics = ref.physics
             np.testing.assert_allclose(qpos[episode].numpy(), physics.data.qpos, atol=1e-12)
             np.testing.assert_allclose(qvel[episode].numpy(), physics.data.qvel, atol=1e-12)
+            np.testing.assert_allclose(act[episode].numpy(), physics.data.act, atol=1e-12)
             np.testing.assert_allclose(
                 userdata[episode].numpy(),
                 task.userdata_of(physics.model.ptr, physics.data.ptr), atol=1e-12)
@@ -188,9 +193,33 @@ def test_the_gymnasium_backend_runs_dm_controls_own_environment() -> None:
     theirs = robotrl.envs.make(name, 1, backend="gymnasium", seed=5)
     first = theirs.reset(seed=5)["policy"][0]
     task = make_task(name)
-    qpos, qvel, _ = task.initial_state(np.random.RandomState(5), 1)
+    qpos, qvel, _, _ = task.initial_state(np.random.RandomState(5), 1)
     env = MujocoEnv(task, 1, num_threads=1)
     env.set_state(torch.cat([torch.zeros(1, 1), qpos, qvel], dim=1))
     np.testing.assert_allclose(first.numpy(), env.observe()["policy"][0].numpy(), atol=1e-6)
     out = theirs.step(torch.zeros(1, task.model.nu))
     assert out.reward.shape == (1,) and not bool(out.terminated[0])
+
+
+@pytest.mark.parametrize("unactuated", [True, False])
+def test_a_reset_world_observes_as_dm_controls_reset(unactuated: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend's own reset (not the comparison's copied state): dog's actuators hold drawn
+    activations, which dm_control's reset leaves out of the first observation's accelerations
+    (its mj_forward runs without actuation). Run with actuation (the flag off), the first
+    observation differs: the test can fail."""
+    name = "dmc/dog-run"
+    monkeypatch.setattr(task_class(name), "reset_unactuated", unactuated)
+    env = MujocoEnv(make_task(name), 2, num_threads=1)
+    ours = env.reset(seed=3)["policy"].double().numpy()
+    ref = dm_env(name, 0)
+    ref.reset()
+    physics = ref.physics
+    for world in range(2):
+        with physics.reset_context():  # ends in dm_control's mj_forward without actuation
+            physics.data.qpos[:] = env.sim.qpos[world].numpy()
+            physics.data.qvel[:] = env.sim.qvel[world].numpy()
+            physics.data.act[:] = env.sim.act[world].numpy()
+        theirs = flat(ref.task.get_observation(physics))
+        gap = np.abs(ours[world] - theirs).max() / max(1.0, np.abs(theirs).max())
+        assert (gap < 1e-5) == unactuated, (world, gap)

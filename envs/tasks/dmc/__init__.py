@@ -200,6 +200,7 @@ class DmcTask(MujocoTask):
 
     config_cls = DmcConfig
     step_stage = int(mujoco.mjtStage.mjSTAGE_VEL)
+    reset_unactuated = True  # dm_control's resets end with mj_forward without actuation
     domain: ClassVar[str]
     """dm_control's domain (the model is ``<domain>.xml`` in its suite)."""
     reward_terms = ("reward",)
@@ -300,28 +301,34 @@ class DmcTask(MujocoTask):
         return np.zeros(self.num_userdata)
 
     def initial_state(self, random: np.random.RandomState, n: int
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``n`` initial states (qpos [n, nq], qvel [n, nv], userdata [n, num_userdata])
-        float64, world after world, each drawing from ``random`` as dm_control's reset draws
-        from its task's ``RandomState``."""
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``n`` initial states (qpos [n, nq], qvel [n, nv], userdata [n, num_userdata],
+        act [n, na]) float64, world after world, each drawing from ``random`` as dm_control's
+        reset draws from its task's ``RandomState``."""
         model, data = self.model, self.scratch
         qpos = np.empty((n, model.nq))
         qvel = np.empty((n, model.nv))
         userdata = np.empty((n, self.num_userdata))
+        act = np.empty((n, model.na))
         for i in range(n):
             mujoco.mj_resetData(model, data)
             with unactuated(model):
                 mujoco.mj_forward(model, data)
             self.initialize(data, random)
-            qpos[i], qvel[i], userdata[i] = data.qpos, data.qvel, data.userdata
-        return torch.from_numpy(qpos), torch.from_numpy(qvel), torch.from_numpy(userdata)
+            qpos[i], qvel[i], userdata[i], act[i] = data.qpos, data.qvel, data.userdata, data.act
+        return tuple(torch.from_numpy(x) for x in (qpos, qvel, userdata, act))
 
     def reset_state(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         seed = int(torch.randint(0, 2 ** 31 - 1, (1,), generator=gen))
-        qpos, qvel, self._userdata = self.initial_state(np.random.RandomState(seed), n)
+        qpos, qvel, self._userdata, self._act = self.initial_state(np.random.RandomState(seed), n)
         return qpos, qvel
 
     def reset_userdata(self, n: int, gen: torch.Generator) -> torch.Tensor:
         # drawn with the state (the backends ask for it right after reset_state, same worlds)
         assert self._userdata.shape[0] == n, "reset_userdata follows reset_state"
         return self._userdata
+
+    def reset_act(self, n: int, gen: torch.Generator) -> torch.Tensor:
+        # drawn with the state, as the userdata
+        assert self._act.shape[0] == n, "reset_act follows reset_state"
+        return self._act
