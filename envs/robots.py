@@ -115,13 +115,19 @@ def robot_description(name: str) -> RobotDescription:
     return from_dict(RobotDescription, data, f"configs/robot/{name}.yaml")
 
 
+class RobotUnavailable(RuntimeError):
+    """The robot's model cannot be had here: the ``robots`` extra is missing, or Menagerie's
+    model could not be downloaded or found under ``MENAGERIE_ROOT`` (the CLI says so in one line
+    and exits 2)."""
+
+
 def robot_spec(desc: RobotDescription) -> mujoco.MjSpec:
     """The robot's MJCF as an editable spec, from MuJoCo Menagerie (downloaded and cached on
     first use, or read from ``MENAGERIE_ROOT``)."""
     try:
         import mujoco_menagerie
     except ImportError:
-        raise ImportError(
+        raise RobotUnavailable(
             f"robot {desc.name!r} comes from MuJoCo Menagerie: pip install 'robotrl[{EXTRA}]' "
             "(the mujoco-menagerie package; it downloads the model on first use, or reads a local "
             "checkout named by MENAGERIE_ROOT)") from None
@@ -132,7 +138,7 @@ def robot_spec(desc: RobotDescription) -> mujoco.MjSpec:
         where = (f"MENAGERIE_ROOT={root} has no {desc.menagerie}/ folder" if root else
                  "it could not be downloaded; on a machine without GitHub access set "
                  "MENAGERIE_ROOT to a folder holding it (README: 'Robots offline')")
-        raise RuntimeError(f"robot {desc.name!r}: Menagerie model {desc.menagerie!r} not "
+        raise RobotUnavailable(f"robot {desc.name!r}: Menagerie model {desc.menagerie!r} not "
                            f"available: {where} ({err})") from None
 
 

@@ -36,6 +36,7 @@ def train_main(argv: list[str]) -> None:
         from robotrl.checkpoint import CheckpointError, RunLocked
         from robotrl.cli.sweep import objective, record_job, sweep_name
         from robotrl.data import DatasetError
+        from robotrl.envs.robots import RobotUnavailable
         from robotrl.video import VideoUnavailable
 
         composed = OmegaConf.to_container(dcfg, resolve=True)
@@ -62,6 +63,8 @@ def train_main(argv: list[str]) -> None:
             refuse("config", err, cfg.run_dir)
         except VideoUnavailable as err:  # logger.video=true where videos cannot be made
             refuse("video", err, cfg.run_dir)
+        except RobotUnavailable as err:  # no Menagerie model here (offline, or no extra)
+            refuse("robot", err, cfg.run_dir)
         if result is not None or not cfg.distributed:  # data-parallel: rank 0 speaks for it
             record_job(cfg.run_dir, result)
         return objective(result)

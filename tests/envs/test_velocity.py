@@ -20,6 +20,7 @@ import torch
 
 import robotrl.envs as E
 from robotrl.envs.robots import (
+    RobotUnavailable,
     build_model,
     menagerie_root_from_wheel,
     robot_description,
@@ -197,8 +198,15 @@ def test_tracking_report_of_a_standing_policy() -> None:
 def test_missing_model_names_menagerie_root(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MENAGERIE_ROOT", str(tmp_path))
-    with pytest.raises(RuntimeError, match="MENAGERIE_ROOT=.*unitree_go1"):
+    with pytest.raises(RobotUnavailable, match="MENAGERIE_ROOT=.*unitree_go1"):
         E.make("go1_velocity", 1)
+    run = tmp_path / "run"  # the CLI: one line, exit 2, no traceback, no run directory left
+    proc = subprocess.run([sys.executable, "-m", "robotrl.cli.main", "train", "env=go1_velocity",
+                           "total_steps=1", f"run_dir={run}"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("robot error: robot 'go1'") and "MENAGERIE_ROOT=" in proc.stderr
+    assert "Traceback" not in proc.stderr and not run.exists()
 
 
 def test_bad_robot_description_is_named() -> None:
