@@ -181,6 +181,13 @@ class SAC(OffPolicyLearner):
         policy = policy_obs(obs).to(self.device, torch.float32)
         return self._to_env(self.actor.deterministic(policy))
 
+    @torch.no_grad()
+    def act_sampled(self, obs: Obs | torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """An action drawn from the policy, tanh(mu + sigma * noise) mapped to the bounds, with
+        ``generator``: [N, A]; records nothing (a dataset's behaviour policy: D4RL's recipe)."""
+        policy = policy_obs(obs).to(self.device, torch.float32)
+        return self._to_env(self.actor.sample(policy, generator)[0])
+
     def export_actor(self) -> DeterministicActor:
         """Frozen copy of ``act_deterministic`` for sim2real export: mean head, tanh, bounds."""
         network = nn.Sequential(self.actor.net, FirstColumns(self.actor.act_dim))

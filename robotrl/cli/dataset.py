@@ -12,7 +12,16 @@
     robotrl dataset collect task=tabletop kind=scripted steps=20000 noise=0.3   # demonstrations
     robotrl dataset collect task=tabletop kind=scripted options.templates=[reach] \
         options.image_size=16                         # task options (the card records them)
+    robotrl dataset collect kind=medium recipe=d4rl checkpoint=runs/hopper_sac_short/checkpoints/last.pt \
+        expert=runs/hopper_sac/checkpoints/last.pt   # D4RL's recipe: a SAC agent's sampled actions
     robotrl dataset info robotrl/hopper/expert-v0
+
+``recipe`` (``robotrl.data.recipes``): ``mean-noise`` (default; the v0 suite) acts with the
+checkpoint's mean action plus ``noise``; ``d4rl`` records as D4RL's and Minari's MuJoCo
+datasets were: actions sampled from a SAC agent's stochastic policy, ``random`` the untrained
+agent, ``medium-expert`` ``steps`` of each half, and D4RL's published reference scores where
+D4RL has the task (the card's ``reference`` says which). The card records the recipe and the
+behaviour return with its 95% interval.
 
 Reference scores go in the card: ``ref_min_score`` is a uniform-random policy's mean return and
 ``ref_max_score`` the expert checkpoint's deterministic mean return, both measured here on
@@ -46,7 +55,7 @@ KINDS: tuple[str, ...] = ("random", "medium", "expert", "medium-replay", "medium
 COLLECT_KEYS: dict[str, type] = {
     "task": str, "kind": str, "checkpoint": str, "expert": str, "steps": int, "num_envs": int,
     "seed": int, "noise": float, "out": str, "id": str, "eval_episodes": int, "progress": bool,
-    "backend": str,
+    "backend": str, "recipe": str,
 }
 
 
@@ -55,10 +64,13 @@ def _fail(message: str) -> None:
     raise SystemExit(2)
 
 
-def _checkpoint_policy(run: tuple[Any, dict[str, Any]], num_envs: int,
-                       seed: int, backend: str = "mujoco") -> tuple[Any, Any]:
-    """(env, deterministic policy) of a trained run (``load_run``'s config and checkpoint), on
-    nominal physics, simulated by ``backend``."""
+def _checkpoint_policy(run: tuple[Any, dict[str, Any]], num_envs: int, seed: int,
+                       backend: str = "mujoco", sampled: bool = False,
+                       untrained: bool = False) -> tuple[Any, Any]:
+    """(env, policy) of a trained run (``load_run``'s config and checkpoint), on nominal
+    physics, simulated by ``backend``: its deterministic policy, or with ``sampled`` actions
+    drawn from its stochastic policy (seeded by ``seed``); ``untrained``: the same learner
+    freshly initialized (seeded), not the checkpoint's weights."""
     import dataclasses
 
     from robotrl.experiment.build import build_algo, build_env
@@ -67,7 +79,25 @@ def _checkpoint_policy(run: tuple[Any, dict[str, Any]], num_envs: int,
     if backend != cfg.backend.name:
         cfg = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, name=backend))
     env = build_env(cfg, num_envs, seed, train=False)
-    return env, build_algo(cfg, env.spec, ckpt["algo"]).act_deterministic
+    if untrained:
+        torch.manual_seed(seed)
+    algo = build_algo(cfg, env.spec, None if untrained else ckpt["algo"])
+    if not sampled:
+        return env, algo.act_deterministic
+    generator = torch.Generator().manual_seed(seed)
+    return env, lambda obs: algo.act_sampled(obs, generator)
+
+
+def _behaviour(run: tuple[Any, dict[str, Any]], path: str) -> str | None:
+    """Why ``path`` cannot be recipe=d4rl's behaviour policy, or None when it can."""
+    from robotrl.registry import algorithm
+
+    entry = algorithm(run[0].algo)
+    if hasattr(entry.learner_class(), "act_sampled"):
+        return None
+    return (f"recipe=d4rl records a SAC agent's sampled actions; {path} was trained with "
+            f"algo={entry.name}, which has no stochastic policy to sample (train the behaviour "
+            "policy with algo=sac, or record with recipe=mean-noise)")
 
 
 def _training_replay(path: str, card: Any, progress: bool) -> Any:
@@ -105,6 +135,14 @@ def _scripted(env: Any, noise: float, seed: int) -> Any:
     return lambda obs: env.task.expert(env.sim, generator, noise)
 
 
+def _interval(card: Any) -> str:
+    """The card's behaviour return with its 95% interval, e.g. ``1043.2 [1020.1, 1066.3]``."""
+    if card.policy_return_low is None or card.policy_return_high is None:
+        return f"{card.policy_return:.1f}"
+    return (f"{card.policy_return:.1f} [{card.policy_return_low:.1f}, "
+            f"{card.policy_return_high:.1f}]")
+
+
 def _mean_return(env: Any, policy: Any, seed: int) -> float:
     from robotrl.runners.evaluation import evaluate
 
@@ -114,6 +152,7 @@ def _mean_return(env: Any, policy: Any, seed: int) -> float:
 def collect_main(argv: list[str]) -> None:
     from robotrl.data import DatasetCard, DatasetError, datasets_root, save_hdf5, save_minari
     from robotrl.data.dataset import Dataset
+    from robotrl.data.recipes import D4RL_REFERENCE_SOURCE, RECIPES, published_reference
     from robotrl.envs import list_tasks, make
     from robotrl.envs.registry import task_class
     from robotrl.logging import console
@@ -125,6 +164,16 @@ def collect_main(argv: list[str]) -> None:
     kind = str(args.get("kind", "random"))
     if kind not in KINDS:
         _fail(f"unknown kind {kind!r}; available: {list(KINDS)}")
+    recipe = str(args.get("recipe", RECIPES[0]))
+    if recipe not in RECIPES:
+        _fail(f"unknown recipe {recipe!r}; available: {list(RECIPES)}")
+    d4rl = recipe == "d4rl"
+    if d4rl and "noise" in args:
+        _fail("recipe=d4rl records the behaviour policy's own sampled actions, with no noise "
+              "added; noise= belongs to recipe=mean-noise")
+    if d4rl and kind == "scripted":
+        _fail("recipe=d4rl records SAC agents; kind=scripted records a task's scripted expert "
+              "(recipe=mean-noise)")
     steps, num_envs = int(args.get("steps", 1_000_000)), int(args.get("num_envs", 64))
     seed, episodes = int(args.get("seed", 0)), int(args.get("eval_episodes", 20))
     if steps < 1 or num_envs < 1 or episodes < 1:
@@ -135,6 +184,9 @@ def collect_main(argv: list[str]) -> None:
         checkpoint = checkpoint or expert
     if kind not in ("random", "scripted") and not checkpoint:
         _fail(f"kind={kind} acts with a trained policy: give checkpoint=PATH")
+    if d4rl and kind == "random" and not (checkpoint or expert):
+        _fail("recipe=d4rl's random data is the behaviour learner untrained: give expert=PATH "
+              "(its configuration builds the untrained agent, and it is the expert reference)")
     if kind == "medium-expert" and not expert:
         _fail("kind=medium-expert joins checkpoint= (medium) and expert= (expert) data")
     backend = str(args.get("backend", "mujoco"))
@@ -156,9 +208,13 @@ def collect_main(argv: list[str]) -> None:
               "kinds act in their run's env (its env.options)")
     if runs:
         options = dict(runs[checkpoint or expert][0].env.options)
+    for path, run in runs.items():
+        why = _behaviour(run, path) if d4rl else None
+        if why:
+            _fail(why)
     if task not in list_tasks():
         _fail(f"unknown task {task!r}; available tasks: {list_tasks()}")
-    noise = float(args.get("noise", 0.0 if kind == "random" else 0.1))
+    noise = float(args.get("noise", 0.0 if kind == "random" or d4rl else 0.1))
     progress = bool(args.get("progress", True))
     dataset_id = str(args.get("id", f"robotrl/{task}/{kind}-v0"))
     ref_seed = derive_seed(seed, "eval-reset")
@@ -192,8 +248,16 @@ def collect_main(argv: list[str]) -> None:
                       "dataset get no normalized score and robotrl bench refuses it (metric "
                       "normalized_score)[/yellow]")
 
+    reference = "measured here: a uniform-random policy, the expert's deterministic mean"
+    published = published_reference(task) if d4rl else None
+    if published is not None:
+        ref_min, ref_max = published
+        reference = f"{D4RL_REFERENCE_SOURCE} for {task}"
+        console.print(f"normalized with D4RL's published references: random {ref_min:.1f}, "
+                      f"expert {ref_max:.1f}")
     card = DatasetCard(task=task_class(task).gym_id, dataset_id=dataset_id, kind=kind,
-                       ref_min_score=ref_min, ref_max_score=ref_max, simulator=backend)
+                       ref_min_score=ref_min, ref_max_score=ref_max, simulator=backend,
+                       recipe=recipe, reference=reference)
     try:  # a card the readers would refuse is refused before the collection, not after
         card.check_reference(f"task {task!r}")
     except DatasetError as err:
@@ -205,22 +269,32 @@ def collect_main(argv: list[str]) -> None:
         parts.append(collect(env, _scripted(env, noise, seed), steps,
                              DatasetCard(task=card.task, policy=f"scripted expert, noise {noise}"),
                              seed, 0.0, progress, groups))
-    sources = {"random": [("", steps)], "scripted": [], "medium": [(checkpoint, steps)],
-               "expert": [(checkpoint, steps)], "medium-replay": [],
-               "medium-expert": [(checkpoint, steps // 2), (expert, steps - steps // 2)]}[kind]
+    half = steps if d4rl else steps // 2  # D4RL's medium-expert: 1M medium + 1M expert
+    sources = {"random": [(checkpoint or expert if d4rl else "", steps)], "scripted": [],
+               "medium": [(checkpoint, steps)], "expert": [(checkpoint, steps)],
+               "medium-replay": [],
+               "medium-expert": [(checkpoint, half), (expert, steps if d4rl else steps - steps // 2)]}[kind]
     if kind == "medium-replay":
         parts.append(_training_replay(checkpoint, DatasetCard(task=card.task), progress))
         noise = 0.0  # the run's own exploration
     for i, (path, n) in enumerate(sources):
         part_seed = seed + i  # a second source must not replay the first one's noise
+        untrained = d4rl and kind == "random"
         if path:
-            env, policy = _checkpoint_policy(runs[path], num_envs, part_seed, backend)
+            env, policy = _checkpoint_policy(runs[path], num_envs, part_seed, backend,
+                                             sampled=d4rl, untrained=untrained)
         else:
             env = make(task, num_envs, backend=backend, seed=part_seed, **options)
             policy = uniform_policy(env, torch.Generator().manual_seed(part_seed))
-        part_card = DatasetCard(task=card.task, policy=path or "uniform random")
+        acting = f"{path}, untrained" if untrained else (path or "uniform random")
+        part_card = DatasetCard(task=card.task, policy=acting + (", sampled" if d4rl else ""))
         parts.append(collect(env, policy, n, part_card, part_seed, noise, progress))
-    card.policy = " + ".join(p.card.policy for p in parts)
+    if len(parts) == 1:
+        card.policy = parts[0].card.policy
+        card.policy_return_low = parts[0].card.policy_return_low
+        card.policy_return_high = parts[0].card.policy_return_high
+    else:
+        card.policy = " + ".join(f"{p.card.policy} (return {_interval(p.card)})" for p in parts)
     card.policy_return = sum(p.card.policy_return * len(p) for p in parts) / sum(map(len, parts))
     card.seed, card.action_noise = seed, noise
     card.observations = parts[0].card.observations
@@ -235,7 +309,8 @@ def collect_main(argv: list[str]) -> None:
     except DatasetError as err:
         _fail(str(err))
     console.print(f"wrote {len(data):,} transitions, {data.num_episodes} episodes "
-                  f"(policy return {card.policy_return:.1f}) to {where}")
+                  f"(policy return {_interval(card)}, normalized "
+                  f"{card.normalized_score(card.policy_return):.1f}) to {where}")
 
 
 def info_main(argv: list[str]) -> None:
@@ -256,7 +331,11 @@ def info_main(argv: list[str]) -> None:
           f"{int(data.truncations.sum())} truncations")
     print(f"  episode return {returns.mean():.1f} (min {returns.min():.1f}, max {returns.max():.1f})"
           f"; normalized {card.normalized_score(float(returns.mean())):.1f} "
-          f"(ref min {card.ref_min_score}, max {card.ref_max_score})")
+          f"(ref min {card.ref_min_score}, max {card.ref_max_score}"
+          f"{'; ' + card.reference if card.reference else ''})")
+    if card.recipe or card.policy_return is not None:
+        behaviour = "-" if card.policy_return is None else _interval(card)
+        print(f"  recorded by recipe {card.recipe or '-'}; behaviour return {behaviour}")
 
 
 def dataset_main(argv: list[str]) -> None:

@@ -38,8 +38,9 @@ commands:
                  [task=NAME] [max_delta=0.1] [timeout_ms=1] [safe_action=last|default]
   gap     sim-to-sim gap: returns on a grid of perturbed physics: robotrl gap checkpoint=PATH
   dataset record or inspect an offline dataset (Minari or D4RL-style HDF5):
-          robotrl dataset collect kind=random|medium|expert|medium-expert|scripted [task=NAME]
-                 [checkpoint=PATH] [expert=PATH] [steps=1000000] [noise=0.1] [out=DIR|FILE.hdf5]
+          robotrl dataset collect kind=random|medium|expert|medium-replay|medium-expert|scripted
+                 [task=NAME] [checkpoint=PATH] [expert=PATH] [steps=1000000] [noise=0.1]
+                 [recipe=mean-noise|d4rl] [out=DIR|FILE.hdf5]
                  [options.KEY=VALUE]   (task options, recorded in the card)
           robotrl dataset info robotrl/hopper/expert-v0
   bench   run a declared benchmark grid (algorithms x tasks or datasets x seeds x budgets, and

@@ -46,6 +46,15 @@ class DatasetCard:
     """What acted: a checkpoint path, ``uniform random``, or free text."""
     policy_return: float | None = None
     """Mean episode return of the acting policy over the recorded episodes."""
+    policy_return_low: float | None = None
+    """Lower end of the 95% interval of ``policy_return`` (Student-t over the episodes that
+    ended by themselves; null for joined recordings, whose ``policy`` names each part's)."""
+    policy_return_high: float | None = None
+    """Upper end of that interval."""
+    recipe: str = ""
+    """How the data was recorded (``robotrl.data.recipes``): ``mean-noise`` (the policy's mean
+    action plus Gaussian noise, the v0 suite) or ``d4rl`` (actions sampled from a SAC
+    behaviour policy, as D4RL's and Minari's MuJoCo datasets); empty for outside data."""
     action_noise: float = 0.0
     """Std of the Gaussian noise added to the policy's actions (fraction of the half-range)."""
     seed: int | None = None
@@ -54,6 +63,9 @@ class DatasetCard:
     """Reference return of a uniform-random policy (normalized score 0)."""
     ref_max_score: float | None = None
     """Reference return of the expert policy (normalized score 100)."""
+    reference: str = ""
+    """Where ``ref_min_score``/``ref_max_score`` come from: measured here, or a published table
+    (D4RL's, for reading a score beside the literature's)."""
     source: str = ""
     """The file or directory the dataset was read from (set by the readers)."""
     simulator: str = ""
@@ -114,12 +126,14 @@ class DatasetCard:
 CARD_TYPES: dict[str, tuple[type, ...]] = {
     "task": (str,), "dataset_id": (str,), "kind": (str,), "policy": (str,),
     "policy_return": (int, float), "action_noise": (int, float), "seed": (int,),
+    "policy_return_low": (int, float), "policy_return_high": (int, float), "recipe": (str,),
     "ref_min_score": (int, float), "ref_max_score": (int, float), "source": (str,),
-    "simulator": (str,),
+    "reference": (str,), "simulator": (str,),
     "observations": (list,), "task_options": (dict,),
 }
 """JSON types of each ``DatasetCard`` field (checked when a card is read from a file)."""
-OPTIONAL_CARD_FIELDS = frozenset({"policy_return", "seed", "ref_min_score", "ref_max_score"})
+OPTIONAL_CARD_FIELDS = frozenset({"policy_return", "policy_return_low", "policy_return_high",
+                                  "seed", "ref_min_score", "ref_max_score"})
 """Card fields that may be null."""
 
 

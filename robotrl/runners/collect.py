@@ -19,6 +19,7 @@ from robotrl.data.dataset import Dataset, DatasetCard
 from robotrl.envs.wrappers import Wrapper
 from robotrl.logging import ProgressBar
 from robotrl.runners.evaluation import PolicyFn
+from robotrl.stats import mean_interval
 from robotrl.types import BatchedEnv, Obs, StepOut, flatten_groups, policy_obs
 
 
@@ -88,7 +89,7 @@ class RecordTransitions(Wrapper):
         """The recorded transitions, world by world so each episode is contiguous; the episode
         each world is in at the end is kept, marked truncated (its next observation is real).
         Completes ``card.policy_return`` (mean return of the episodes that ended by
-        themselves, all episodes if none did)."""
+        themselves, all episodes if none did) and its 95% interval."""
         n, t = self.num_envs, len(self._rows["reward"])
         if t == 0:
             raise ValueError("no transitions recorded")
@@ -108,7 +109,10 @@ class RecordTransitions(Wrapper):
                        trunc, torch.from_numpy(starts), card, where="recording")
         finished = ~cut[data.episode_ends() - 1]
         returns = data.episode_returns()
-        card.policy_return = float((returns[finished] if finished.any() else returns).mean())
+        ended = returns[finished] if finished.any() else returns
+        card.policy_return, low, high = mean_interval(np.asarray(ended, dtype=np.float64))
+        card.policy_return_low, card.policy_return_high = (low, high) if len(ended) > 1 else (
+            None, None)
         return data
 
 

@@ -347,7 +347,8 @@ def test_minari_never_builds_the_environment_a_file_names(minari_base: Path, tmp
 def test_dataset_card_fuzzed(cases: int) -> None:
     fields = st.sampled_from(["task", "dataset_id", "kind", "policy", "policy_return",
                               "action_noise", "seed", "ref_min_score", "ref_max_score", "source",
-                              "observations", "task_options", "other"])
+                              "observations", "task_options", "policy_return_low",
+                              "policy_return_high", "recipe", "reference", "other"])
     cards = st.dictionaries(fields, JSON, max_size=6) | JSON
 
     def check(value: Any) -> None:

@@ -331,3 +331,54 @@ def test_collect_on_gymnasiums_own_env(tmp_path: Path, make_config, capsys,  # n
         with pytest.raises(SystemExit) as stop:
             collect_main([f"checkpoint={ckpt}", f"out={tmp_path / 'x.hdf5'}", *argv])
         assert stop.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_d4rl_recipe_samples_the_sac_agent_and_normalizes_by_d4rl(
+        tmp_path: Path, make_config, capsys) -> None:  # noqa: ANN001
+    """``recipe=d4rl``: every action drawn from the SAC agent's stochastic policy (none is its
+    mean, no noise added), deterministic for a seed; the card records the recipe, the behaviour
+    return's interval and D4RL's published references; random data is the untrained agent;
+    medium-expert is ``steps`` of each; a learner without a stochastic policy, noise= and an
+    unknown recipe are refused with exit 2."""
+    from robotrl.cli.dataset import collect_main
+    from robotrl.data.recipes import D4RL_REFERENCE
+    from robotrl.experiment import run_training
+    from robotrl.experiment.build import load_trained
+
+    hopper = {"task": "hopper", "options": {}}
+    run_training(make_config(tmp_path / "sac", "sac", {"learning_starts": 64}, env=hopper))
+    ckpt = str(tmp_path / "sac" / "checkpoints" / "last.pt")
+
+    def record(name: str, *argv: str) -> Dataset:
+        out = tmp_path / f"{name}.hdf5"
+        collect_main([f"checkpoint={ckpt}", "recipe=d4rl", "num_envs=2", "eval_episodes=2",
+                      f"out={out}", "progress=false", *argv])
+        return load_dataset(str(out))
+
+    data = record("expert", "kind=expert", "steps=40")
+    card = data.card
+    assert card.recipe == "d4rl" and card.action_noise == 0.0 and "sampled" in card.policy
+    assert (card.ref_min_score, card.ref_max_score) == D4RL_REFERENCE["hopper"]
+    assert "D4RL" in card.reference
+    assert card.policy_return is not None
+    if card.policy_return_low is not None:  # two or more episodes ended by themselves
+        assert card.policy_return_low <= card.policy_return <= card.policy_return_high
+    mean = load_trained(ckpt, 1).alg.act_deterministic(data.observations)
+    assert float((data.actions - mean).abs().min()) > 1e-6  # sampled, not the mean
+    assert torch.equal(record("again", "kind=expert", "steps=40").actions, data.actions)
+    random = record("random", "kind=random", "steps=40")
+    assert "untrained" in random.card.policy and not torch.equal(random.actions, data.actions)
+    mixed = record("me", "kind=medium-expert", f"expert={ckpt}", "steps=40")
+    assert len(mixed) == 80 and mixed.card.policy_return_low is None
+    assert mixed.card.policy.count("return") == 2  # each half's behaviour return
+    capsys.readouterr()
+    run_training(make_config(tmp_path / "ppo", "ppo", env=hopper))
+    ppo = str(tmp_path / "ppo" / "checkpoints" / "last.pt")
+    for argv, message in ((["kind=expert", f"checkpoint={ppo}"], "algo=ppo, which has no"),
+                          (["kind=expert", f"checkpoint={ckpt}", "noise=0.1"], "no noise"),
+                          (["kind=expert", f"checkpoint={ckpt}", "recipe=d4rl2"],
+                           "unknown recipe 'd4rl2'"),
+                          (["kind=random", "task=hopper"], "give expert=PATH")):
+        with pytest.raises(SystemExit) as stop:
+            collect_main(["recipe=d4rl", f"out={tmp_path / 'x.hdf5'}", *argv])
+        assert stop.value.code == 2 and message in capsys.readouterr().err, message
