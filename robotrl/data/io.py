@@ -3,7 +3,10 @@
 ``load_dataset(ref)`` takes what a user types after ``dataset=``:
 
 - a Minari dataset id (``robotrl/hopper/expert-v0``), looked up under ``MINARI_DATASETS_PATH``
-  (or minari's default root, ``~/.minari/datasets``); nothing is ever downloaded;
+  (or minari's default root, ``~/.minari/datasets``); an id of Minari's remote that is not
+  there yet (``mujoco/hopper/medium-v0``) is downloaded with ``minari.download_dataset`` (the
+  ``robotrl/`` and ``gymnasium/`` namespaces, robotrl's own recordings, never are), and read
+  like any other, its files checked first;
 - a Minari dataset directory (the one holding ``data/``, or ``data/`` itself);
 - an HDF5 file in D4RL's layout: ``observations``, ``actions``, ``rewards``, ``terminals``,
   ``timeouts``, optional ``next_observations`` (without it, a row's next observation is the
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -70,6 +74,35 @@ def _minari_dir(ref: str) -> Path | None:
     return None
 
 
+LOCAL_NAMESPACES: tuple[str, ...] = ("robotrl", "gymnasium")
+"""Namespaces of the ids ``robotrl dataset collect`` writes: looked up locally, never downloaded
+(so no one mistakes a robotrl recording for a published dataset, or the reverse)."""
+_REMOTE_ID = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+-v\d+")
+
+
+def _download(ref: str) -> Path | None:
+    """The ``data`` directory of Minari's remote dataset ``ref`` (e.g. ``mujoco/hopper/medium-v0``)
+    after downloading it under ``datasets_root()``; None when ``ref`` is not such an id (a
+    local namespace, a path). A download that fails raises ``DatasetError`` naming the id."""
+    if ref.split("/")[0] in LOCAL_NAMESPACES or not _REMOTE_ID.fullmatch(ref):
+        return None
+    minari, root = _minari(), datasets_root()
+    try:
+        with _minari_root_in(root) as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            minari.download_dataset(ref)
+            (root / ref).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp / ref, root / ref)
+    except Exception as err:  # noqa: BLE001 - no network, unknown id, a missing extra, ...
+        why = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+        raise DatasetError(
+            f"unknown dataset {ref!r}: not under {root} (local ids: {_local_ids() or 'none'}) "
+            f"and not downloadable from Minari's remote ({why}); without internet access here, "
+            f"download it where there is (minari download {ref}) and copy it to {root / ref}"
+        ) from None
+    return _minari_dir(ref)
+
+
 def _local_ids() -> list[str]:
     root = datasets_root()
     return sorted(str(p.parent.parent.relative_to(root))
@@ -85,7 +118,7 @@ def _resolve(ref: str) -> tuple[str, Path]:
         if not path.is_file():
             raise DatasetError(f"{ref}: no such HDF5 file")
         return "hdf5", path
-    found = _minari_dir(ref)
+    found = _minari_dir(ref) or _download(ref)
     if found is not None:
         return "minari", found
     raise DatasetError(f"unknown dataset {ref!r}: not an .hdf5 file, a Minari directory, or a "
@@ -339,11 +372,7 @@ def save_minari(data: Dataset, dataset_id: str, root: str | Path | None = None) 
         env = gym.make(env_spec)
         spaces = {"observation_space": env.observation_space, "action_space": env.action_space}
         env.close()
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".robotrl-", dir=root))
-    previous = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(tmp)
-    try:
+    with _minari_root_in(root) as tmp:
         both = card.ref_min_score is not None and card.ref_max_score is not None
         with warnings.catch_warnings():  # minari asks for author, e-mail, permalink: optional
             warnings.simplefilter("ignore", UserWarning)
@@ -357,13 +386,26 @@ def save_minari(data: Dataset, dataset_id: str, root: str | Path | None = None) 
         ds.storage.update_metadata({CARD_KEY: json.dumps(card.to_dict())})
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp / dataset_id, final)
+    return final
+
+
+@contextlib.contextmanager
+def _minari_root_in(root: Path) -> Iterator[Path]:
+    """A fresh temporary folder under ``root`` as minari's datasets root while the block runs
+    (minari writes and downloads there; the caller renames the result into place, so a
+    failure part way leaves nothing under ``root``); removed, and the root restored, after."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".robotrl-", dir=root))
+    previous = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = str(tmp)
+    try:
+        yield tmp
     finally:
         if previous is None:
             os.environ.pop("MINARI_DATASETS_PATH", None)
         else:
             os.environ["MINARI_DATASETS_PATH"] = previous
         shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def dataclass_copy(card: DatasetCard, **changes: Any) -> DatasetCard:

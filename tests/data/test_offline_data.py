@@ -190,8 +190,42 @@ def test_missing_field_truncated_file_and_unknown_id(tmp_path: Path, minari_root
     with pytest.raises(DatasetError, match="not a readable HDF5 file"):
         load_dataset(str(tmp_path / "junk.hdf5"))
     save_minari(tiny(), "test/ip/expert-v0")
-    with pytest.raises(DatasetError, match=r"unknown dataset 'test/ip/nope-v0'.*test/ip/expert-v0"):
-        load_dataset("test/ip/nope-v0")
+    with pytest.raises(DatasetError, match=r"unknown dataset 'robotrl/ip/nope-v0'.*test/ip/exp"):
+        load_dataset("robotrl/ip/nope-v0")  # robotrl's namespace: never downloaded
+
+
+def test_a_remote_minari_id_is_downloaded_or_named_in_one_error(
+        minari_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``mujoco/hopper/medium-v0`` and friends come from Minari's remote through
+    ``minari.download_dataset`` (here a stand-in that writes the files, or fails as without a
+    network); a failure names the id, leaves nothing under the root, and robotrl's own
+    namespaces are never sent to the remote."""
+    import minari
+
+    asked: list[str] = []
+
+    def offline(dataset_id: str, force_download: bool = False) -> None:
+        asked.append(dataset_id)
+        raise ConnectionError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(minari, "download_dataset", offline)
+    with pytest.raises(DatasetError, match=r"unknown dataset 'mujoco/hopper/medium-v0'.*"
+                       r"not downloadable from Minari's remote \(ConnectionError: .*minari "
+                       r"download mujoco/hopper/medium-v0"):
+        load_dataset("mujoco/hopper/medium-v0")
+    assert asked == ["mujoco/hopper/medium-v0"] and not list(minari_root.glob("**/data"))
+    for local in ("robotrl/hopper/medium-v0", "gymnasium/hopper/medium-expert-v0", "nope"):
+        with pytest.raises(DatasetError, match="unknown dataset"):
+            load_dataset(local)
+    assert asked == ["mujoco/hopper/medium-v0"]
+
+    def online(dataset_id: str, force_download: bool = False) -> None:  # as minari does it
+        save_minari(tiny(), dataset_id, os.environ["MINARI_DATASETS_PATH"])
+
+    monkeypatch.setattr(minari, "download_dataset", online)
+    data = load_dataset("mujoco/ip/expert-v0")
+    assert len(data) == len(tiny()) and (minari_root / "mujoco/ip/expert-v0/data").is_dir()
+    assert not list(minari_root.glob(".robotrl-*"))  # the download's folder is gone
 
 
 def _robotrl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
