@@ -139,7 +139,7 @@ def robot_spec(desc: RobotDescription) -> mujoco.MjSpec:
                  "it could not be downloaded; on a machine without GitHub access set "
                  "MENAGERIE_ROOT to a folder holding it (README: 'Robots offline')")
         raise RobotUnavailable(f"robot {desc.name!r}: Menagerie model {desc.menagerie!r} not "
-                           f"available: {where} ({err})") from None
+                               f"available: {where} ({err})") from None
 
 
 def _collision(geom: Any) -> bool:

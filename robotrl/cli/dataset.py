@@ -79,9 +79,10 @@ def _checkpoint_policy(run: tuple[Any, dict[str, Any]], num_envs: int, seed: int
     if backend != cfg.backend.name:
         cfg = dataclasses.replace(cfg, backend=dataclasses.replace(cfg.backend, name=backend))
     env = build_env(cfg, num_envs, seed, train=False)
-    if untrained:
-        torch.manual_seed(seed)
-    algo = build_algo(cfg, env.spec, None if untrained else ckpt["algo"])
+    with torch.random.fork_rng(devices=[], enabled=untrained):  # untrained: a seeded init
+        if untrained:
+            torch.manual_seed(seed)
+        algo = build_algo(cfg, env.spec, None if untrained else ckpt["algo"])
     if not sampled:
         return env, algo.act_deterministic
     generator = torch.Generator().manual_seed(seed)
@@ -208,8 +209,8 @@ def collect_main(argv: list[str]) -> None:
               "kinds act in their run's env (its env.options)")
     if runs:
         options = dict(runs[checkpoint or expert][0].env.options)
-    for path, run in runs.items():
-        why = _behaviour(run, path) if d4rl else None
+    for path, run in runs.items() if d4rl else ():
+        why = _behaviour(run, path)
         if why:
             _fail(why)
     if task not in list_tasks():
@@ -269,17 +270,17 @@ def collect_main(argv: list[str]) -> None:
         parts.append(collect(env, _scripted(env, noise, seed), steps,
                              DatasetCard(task=card.task, policy=f"scripted expert, noise {noise}"),
                              seed, 0.0, progress, groups))
-    half = steps if d4rl else steps // 2  # D4RL's medium-expert: 1M medium + 1M expert
+    # medium-expert: D4RL's is 1M medium + 1M expert; mean-noise's halves make up steps
+    medium, rest = (steps, steps) if d4rl else (steps // 2, steps - steps // 2)
     sources = {"random": [(checkpoint or expert if d4rl else "", steps)], "scripted": [],
                "medium": [(checkpoint, steps)], "expert": [(checkpoint, steps)],
-               "medium-replay": [],
-               "medium-expert": [(checkpoint, half), (expert, steps if d4rl else steps - steps // 2)]}[kind]
+               "medium-replay": [], "medium-expert": [(checkpoint, medium), (expert, rest)]}[kind]
     if kind == "medium-replay":
         parts.append(_training_replay(checkpoint, DatasetCard(task=card.task), progress))
         noise = 0.0  # the run's own exploration
+    untrained = d4rl and kind == "random"
     for i, (path, n) in enumerate(sources):
         part_seed = seed + i  # a second source must not replay the first one's noise
-        untrained = d4rl and kind == "random"
         if path:
             env, policy = _checkpoint_policy(runs[path], num_envs, part_seed, backend,
                                              sampled=d4rl, untrained=untrained)

@@ -12,8 +12,9 @@ import sys
 BAD_INPUT: tuple[tuple[str, str], ...] = (("robotrl.checkpoint", "CheckpointError"),
                                           ("robotrl.data.dataset", "DatasetError"),
                                           ("robotrl.envs.robots", "RobotUnavailable"))
-"""Errors that mean a file the user named (or a robot's model) is unusable: one line and exit 2, no traceback
-(looked up among the loaded modules: a command that raised one has imported it)."""
+"""Errors that mean a file the user named (or a robot's model) is unusable: one line and exit
+2, no traceback (looked up among the loaded modules: a command that raised one has imported
+it)."""
 
 
 def _bad_input(err: Exception) -> bool:

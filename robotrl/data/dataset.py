@@ -48,7 +48,8 @@ class DatasetCard:
     """Mean episode return of the acting policy over the recorded episodes."""
     policy_return_low: float | None = None
     """Lower end of the 95% interval of ``policy_return`` (Student-t over the episodes that
-    ended by themselves; null for joined recordings, whose ``policy`` names each part's)."""
+    ended by themselves; null with fewer than two of them, and for joined recordings, whose
+    ``policy`` names each part's)."""
     policy_return_high: float | None = None
     """Upper end of that interval."""
     recipe: str = ""
