@@ -57,12 +57,19 @@ class OfflineConfig:
     normalize_obs: bool = True
     """Standardize observations by the dataset's mean and std (TD3+BC's state normalization);
     the statistics are baked into exported actors."""
+    precision: str = "float32"
+    """float32 (the networks' own dtype, float64 in the reference tests), or bf16: the updates
+    run under autocast to bfloat16 (hidden layers' products in bfloat16; heads, parameters,
+    gradients and Adam's state in float32, ``robotrl.nn.linear.HEAD_MAX_OUT``), about twice
+    the products per second on CPUs with AVX512-BF16 or AMX and on GPUs
+    (``benchmarks/offline_speed.py``)."""
 
     def __post_init__(self) -> None:
         self.hidden = tuple(int(w) for w in self.hidden)
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}; known: "
                              f"{', '.join(ACTIVATIONS)}")
+        check_choice("precision", self.precision, PRECISIONS)
         for name in ("updates_per_iteration", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -70,6 +77,10 @@ class OfflineConfig:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+
+
+PRECISIONS = ("float32", "bf16")
+"""Values of ``OfflineConfig.precision``."""
 
 
 def check_choice(name: str, value: str, known: tuple[str, ...]) -> None:
@@ -292,7 +303,9 @@ class OfflineLearner:
         nan = torch.full((), math.nan, device=self.device)
         rows = []
         for _ in range(self.cfg.updates_per_iteration):
-            metrics = self._update_once(self.sample())
+            with torch.autocast(self.device.type, torch.bfloat16,
+                                enabled=self.cfg.precision == "bf16"):
+                metrics = self._update_once(self.sample())
             self.num_updates += 1
             rows.append(torch.stack([metrics.get(k, nan).float() for k in self.METRIC_KEYS]))
         out = summarize_updates(torch.stack(rows), self.METRIC_KEYS, self.NAME,

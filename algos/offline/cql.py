@@ -116,12 +116,6 @@ class CQL(OfflineLearner):
         return DeterministicActor(network, self.obs_dim, self.action_low, self.action_high,
                                   "tanh", self.normalizer if self.cfg.normalize_obs else None)
 
-    def _sample_k(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K policy actions per state: ([B, K, A], log-probs [B, K]), without gradients."""
-        b, k = obs.shape[0], self.cfg.num_actions
-        action, log_prob = self.actor.sample(obs.repeat_interleave(k, 0), self.generator)
-        return action.view(b, k, -1), log_prob.view(b, k)
-
     def _update_once(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         alpha = self.temperature.value.detach().exp()  # the bootstrap's alpha in both orders
         if self.cfg.update_order == "critic_first":
@@ -165,15 +159,15 @@ class CQL(OfflineLearner):
             target = td_target(batch["reward"], batch["terminated"], next_q, cfg.gamma)
             uniform = torch.rand(b, k, a, device=self.device, dtype=obs.dtype,
                                  generator=self.generator) * 2 - 1
-            act_s, logp_s = self._sample_k(obs)
-            act_next, logp_next = self._sample_k(batch["next_obs"])
+            act_s, logp_s = self.actor.sample(obs, self.generator, k)  # [B, K, A], [B, K]
+            act_next, logp_next = self.actor.sample(batch["next_obs"], self.generator, k)
             sampled = torch.cat([uniform, act_next, act_s], 1)  # [B, 3K, A]
             log_density = torch.cat([torch.full((b, k), a * math.log(0.5), device=self.device,
                                                 dtype=obs.dtype), logp_next, logp_s], 1)
         q_data = self.critic(obs, action)
-        q_sampled = self.critic(obs.repeat_interleave(3 * k, 0), sampled.view(b * 3 * k, a))
+        q_sampled = self.critic.sampled(obs, sampled)  # [E, B, 3K]
         mse, metrics = ensemble_mse(q_data, target)
-        gap, gap_metrics = cql_penalty(q_sampled.view(-1, b, 3 * k), log_density, q_data,
+        gap, gap_metrics = cql_penalty(q_sampled, log_density, q_data,
                                        cfg.cql_temperature)
         if cfg.lagrange:
             weight = self.cql_weight.value.exp().clamp(0.0, 1e6) * cfg.cql_alpha

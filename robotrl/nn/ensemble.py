@@ -116,6 +116,25 @@ class EnsembleQ(nn.Module):
         [B, act_dim]."""
         return self._output(self.net(torch.cat([obs, action], dim=-1)))
 
+    def sampled(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Q values [E, B, K] of K actions per state, ``actions`` [B, K, act_dim] at ``obs``
+        [B, obs_dim]: ``forward`` on every (state, action) row, with the first layer's state
+        columns multiplied once per state rather than once per action (CQL's sampled actions).
+        A network that starts with batch renormalization (statistics over the rows) takes
+        the rows as they are."""
+        b, k, act_dim = actions.shape
+        first = self.net[0]
+        if not isinstance(first, EnsembleLinear):
+            flat = self.forward(obs.repeat_interleave(k, 0), actions.reshape(b * k, act_dim))
+            return flat.view(self.num_members, b, k, *flat.shape[2:])
+        obs_dim = first.in_dim - act_dim
+        per_state = ensemble_linear(obs, first.weight[:, :obs_dim], first.bias)  # [E, B, H]
+        per_action = torch.matmul(actions.reshape(b * k, act_dim),
+                                  first.weight[:, obs_dim:])  # [E, B K, H]
+        hidden = per_action.view(self.num_members, b, k, -1) + per_state[:, :, None]
+        out = self._output(self.net[1:](hidden.view(self.num_members, b * k, -1)))
+        return out.view(self.num_members, b, k, *out.shape[2:])
+
     def member(self, obs: torch.Tensor, action: torch.Tensor, i: int = 0) -> torch.Tensor:
         """Q values [B] (or [B, out_dim]) of member ``i`` alone (TD3's actor reads only the
         first critic: half the arithmetic of evaluating the ensemble and dropping the rest)."""

@@ -76,10 +76,17 @@ class SquashedGaussianActor(nn.Module):
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(
-        self, obs: torch.Tensor, generator: torch.Generator | None = None
+        self, obs: torch.Tensor, generator: torch.Generator | None = None,
+        num_samples: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterized sample: ``(action [B, A] in (-1, 1), log_prob [B])``."""
+        """Reparameterized sample: ``(action [B, A] in (-1, 1), log_prob [B])``; with
+        ``num_samples`` K, K samples per state, ``(action [B, K, A], log_prob [B, K])``, from one
+        evaluation of the network per state (the noise is drawn as for ``obs`` repeated K times
+        per row, so both give the same samples)."""
         mean, log_std = self(obs)
+        if num_samples is not None:
+            shape = (mean.shape[0], num_samples, mean.shape[1])
+            mean, log_std = mean[:, None].expand(shape), log_std[:, None].expand(shape)
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         u = mean + log_std.exp() * noise
         return torch.tanh(u), squashed_log_prob(noise, log_std, u, self.squash_epsilon)

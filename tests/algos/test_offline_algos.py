@@ -131,6 +131,33 @@ def test_update_lowers_the_loss(name: str) -> None:
     assert history[-1][key] < history[0][key], [round(m[key], 4) for m in history]
 
 
+@pytest.mark.parametrize("name", ["td3bc", "iql", "cql"])
+def test_bf16_updates_learn_and_keep_float32_state(name: str) -> None:
+    """``precision=bf16``: the loss still falls, the updates differ from float32's (autocast is
+    on), and parameters, gradients and Adam's moments stay float32."""
+    histories = {}
+    for precision in ("float32", "bf16"):
+        torch.manual_seed(0)
+        alg = small_learner(name, precision=precision)
+        alg.attach(tiny_dataset())
+        histories[precision] = [alg.update(i / 6) for i in range(6)]
+        params = [p for module in alg.modules.values() for p in module.parameters()]
+        assert params and all(p.dtype == torch.float32 for p in params)
+        assert all(p.grad is None or p.grad.dtype == torch.float32 for p in params)
+        for opt in alg.optimizers.values():
+            for state in opt.state.values():
+                assert all(v.dtype == torch.float32 for v in state.values() if v.dim())
+    key = "loss/actor" if name == "cql" else alg.METRIC_KEYS[0]
+    bf16 = histories["bf16"]
+    assert bf16[-1][key] < bf16[0][key], [round(m[key], 4) for m in bf16]
+    assert bf16[0][key] != histories["float32"][0][key]
+
+
+def test_unknown_precision_names_the_allowed_values() -> None:
+    with pytest.raises(ValueError, match="precision.*fp16.*float32, bf16"):
+        small_learner("td3bc", precision="fp16")
+
+
 @pytest.mark.parametrize("name", OFFLINE)
 def test_export_matches_acting_and_state_round_trips(name: str) -> None:
     alg = small_learner(name)

@@ -216,3 +216,23 @@ def test_layers_with_few_inputs_orient_the_weight_gradient_and_keep_the_forward(
         assert torch.equal(linear(x, w, b), F.linear(x, w, b))
     one = x.detach()[(0,) * len(lead[:-1])][:2]  # 2 rows: F.linear itself
     assert torch.equal(linear(one, w, b), F.linear(one, w, b))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_one_output_per_member_matches_baddbmm_and_twice_differentiable(shared):
+    """A critic's last layer (``_EnsembleColumn``, one matrix-vector product per member): the
+    same values and gradients as ``baddbmm`` in float64, a gradient of a gradient included."""
+    g = torch.Generator().manual_seed(2)
+    dt = torch.float64
+    x = torch.randn(*(() if shared else (3,)), 130, 7, generator=g, dtype=dt, requires_grad=True)
+    w = torch.randn(3, 7, 1, generator=g, dtype=dt, requires_grad=True)
+    b = torch.randn(3, 1, 1, generator=g, dtype=dt, requires_grad=True)
+
+    def ref(x, w, b):
+        return torch.baddbmm(b, x.expand(3, 130, 7) if shared else x, w)
+
+    out = ensemble_linear(x, w, b)
+    assert type(out.grad_fn).__name__ == "_EnsembleColumnBackward"
+    torch.testing.assert_close(out, ref(x, w, b), rtol=0, atol=1e-12)
+    assert torch.autograd.gradcheck(ensemble_linear, (x, w, b))
+    assert torch.autograd.gradgradcheck(ensemble_linear, (x, w, b))

@@ -97,3 +97,24 @@ def test_ensemble_member_equals_its_slice_of_the_ensemble(layer_norm: bool) -> N
     full = q(obs, action)
     for i in range(3):
         assert torch.allclose(q.member(obs, action, i), full[i], atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["plain", "layer_norm", "distributional", "batch_renorm"])
+def test_ensemble_sampled_actions_equal_the_repeated_rows(kind: str) -> None:
+    """``EnsembleQ.sampled`` (the first layer's state columns once per state) gives ``forward``
+    on every (state, action) row, values and gradients, in float64."""
+    from robotrl.nn.ensemble import EnsembleQ
+
+    torch.manual_seed(0)
+    options = {"plain": {}, "layer_norm": {"layer_norm": True}, "distributional": {"out_dim": 4},
+               "batch_renorm": {"batch_renorm": {}}}[kind]
+    q = EnsembleQ(5, 2, (8, 8), 3, **options).double()
+    obs, actions = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 6, 2, dtype=torch.float64)
+    sampled = q.sampled(obs, actions)
+    rows = q(obs.repeat_interleave(6, 0), actions.reshape(24, 2))
+    assert sampled.shape == (3, 4, 6, *rows.shape[2:])
+    torch.testing.assert_close(sampled, rows.view(sampled.shape), rtol=0, atol=1e-12)
+    grads = torch.autograd.grad(sampled.square().sum(), list(q.parameters()))
+    again = torch.autograd.grad(rows.square().sum(), list(q.parameters()))
+    for g, h in zip(grads, again, strict=True):
+        torch.testing.assert_close(g, h, rtol=0, atol=1e-10)

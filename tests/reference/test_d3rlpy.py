@@ -171,14 +171,14 @@ def awac_noise(noise: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.T
 
 
 def cql_noise(noise: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
-    """Ours (critic first): backup, uniform [B, K, A], pi(s) and pi(s') [B K, A] (row b K + k),
-    actor; d3rlpy: backup, rsample((K,)) at s and s' [K, B, A], uniform_ [B K, A], actor."""
+    """Ours (critic first): backup, uniform [B, K, A], pi(s) and pi(s') [B, K, A], actor;
+    d3rlpy: backup, rsample((K,)) at s and s' [K, B, A], uniform_ [B K, A], actor."""
     k = SAMPLES
     backup, uniform, at_s, at_next, actor = expect(noise, [
-        ("randn", (BATCH, ACT)), ("rand", (BATCH, k, ACT)), ("randn", (BATCH * k, ACT)),
-        ("randn", (BATCH * k, ACT)), ("randn", (BATCH, ACT))])
-    return [("normal", backup), ("normal", at_s.view(BATCH, k, ACT).transpose(0, 1)),
-            ("normal", at_next.view(BATCH, k, ACT).transpose(0, 1)),
+        ("randn", (BATCH, ACT)), ("rand", (BATCH, k, ACT)), ("randn", (BATCH, k, ACT)),
+        ("randn", (BATCH, k, ACT)), ("randn", (BATCH, ACT))])
+    return [("normal", backup), ("normal", at_s.transpose(0, 1)),
+            ("normal", at_next.transpose(0, 1)),
             ("uniform", (uniform * 2 - 1).reshape(BATCH * k, ACT)), ("normal", actor)]
 
 
