@@ -63,7 +63,7 @@ from robotrl.algos.fasttd3 import (
 from robotrl.algos.sac import SAC
 from robotrl.nn.batch_renorm import RENORM_VARIANTS, BatchRenorm, _stat_dtype
 from robotrl.nn.ensemble import EnsembleLinear
-from robotrl.nn.linear import ensemble_linear
+from robotrl.nn.linear import ensemble_linear, stacked_linear
 from robotrl.nn.mlp import make_activation
 from robotrl.nn.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from robotrl.optim import GRADIENT_HOOKS, adam
@@ -252,7 +252,7 @@ class SeedBatch:
         n = len(params) // 2
         for k in range(n):
             w, b = params[2 * k], params[2 * k + 1]
-            x = torch.baddbmm(b[:, None, :], x, w.transpose(1, 2))
+            x = stacked_linear(x, w.transpose(1, 2), b[:, None, :])
             if k < n - 1:
                 x = self._act(x)
         return x
@@ -268,7 +268,7 @@ class SeedBatch:
             n = len(params) // 2
             for k in range(n):
                 w, b = params[2 * k][:, member], params[2 * k + 1][:, member]
-                x = torch.baddbmm(b, x, w)
+                x = stacked_linear(x, w, b)
                 if k < n - 1:
                     x = self._act(x)
             return x.squeeze(-1)
@@ -319,6 +319,14 @@ class SeedBatch:
     def _run(self, st: dict[str, Any], gens: list[torch.Generator], start: int,
              n: int) -> torch.Tensor:
         """Updates ``start`` .. ``start + n - 1`` of every seed in ``st``: metrics [U, S, K]."""
+        dev = self.device
+        if getattr(self.cfg, "precision", "float32") == "bf16":  # OfflineConfig.precision
+            with torch.autocast(dev.type, torch.bfloat16):
+                return self._run_rows(st, gens, start, n)
+        return self._run_rows(st, gens, start, n)
+
+    def _run_rows(self, st: dict[str, Any], gens: list[torch.Generator], start: int,
+                  n: int) -> torch.Tensor:
         dev = self.device
         if not self.cuda_graphs:
             return torch.stack([self._update_once(st, self._draws(st, gens, start + u), start + u)
@@ -647,7 +655,7 @@ class SeedBatchCrossQ(SeedBatchSAC):
                 x = y.reshape(s, e, *y.shape[1:])
             elif isinstance(layer, nn.Linear):
                 w, b = next(p), next(p)
-                x = torch.baddbmm(b[:, None, :], x, w.transpose(1, 2))
+                x = stacked_linear(x, w.transpose(1, 2), b[:, None, :])
             else:  # an activation
                 x = layer(x)
         return x

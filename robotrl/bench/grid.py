@@ -25,6 +25,10 @@ its seed, behaviour cloning then RL, as ``benchmarks/grids/vla_grpo_push.yaml`` 
     metric: test_success
     also: [heldout_success]              # reported beside the metric
 
+An algorithm may appear more than once under labels after ``@``, each a variant with its own
+overrides, cells and rows (``algos: {td3bc: [], td3bc@bf16: [algo.precision=bf16]}``; the cells
+train ``algo=td3bc``), so that an option is compared with the default in one report.
+
 A variant of another grid names it and states only what differs (its fields replace the
 other's, top-level): ``extends: sac_vs_sb3.yaml`` (a file beside it), as
 ``benchmarks/grids/sac_vs_sb3_gpu.yaml`` runs that grid's cells on a GPU.
@@ -49,6 +53,11 @@ from robotrl.config import from_dict
 
 ROBOTRL = "robotrl"
 """The runner name of our own cells."""
+def learner_name(algo: str) -> str:
+    """The algorithm a grid's ``algos`` key trains: ``td3bc@bf16`` -> ``td3bc``."""
+    return algo.split("@", 1)[0]
+
+
 ORDERING_AT = ("final", "wall_clock")
 """Where an ``Ordering`` compares its two algorithms."""
 FAMILIES = {
@@ -198,7 +207,7 @@ class Grid:
         kind = "offline" if self.datasets else "online"
         fits = [n for n, e in ALGORITHMS.items() if e.offline == bool(self.datasets)]
         for algo in self.algos:
-            if algo not in fits:
+            if learner_name(algo) not in fits:
                 raise ValueError(f"grid {self.name!r}: unknown {kind} algorithm {algo!r}; "
                                  f"available: {fits}")
         for algo, stage in self.init.items():

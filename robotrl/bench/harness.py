@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from robotrl.bench.grid import ROBOTRL, Cell, Grid, PeerConfig
+from robotrl.bench.grid import ROBOTRL, Cell, Grid, PeerConfig, learner_name
 from robotrl.checkpoint import CheckpointError, write_json
 from robotrl.experiment import RESULT_FILE, Experiment, RunDir, compose, config_digest
 from robotrl.experiment.run import config_fields
@@ -271,7 +271,7 @@ def cell_overrides(grid: Grid, cell: Cell) -> list[str]:
     """``robotrl train`` overrides of a robotrl cell (a resume when its run has a checkpoint)."""
     run = grid.run_dir(cell)
     target = f"dataset={cell.target}" if grid.offline else f"env={cell.target}"
-    overrides = [f"algo={cell.algo}", target, *grid.overrides, *grid.algos[cell.algo],
+    overrides = [f"algo={learner_name(cell.algo)}", target, *grid.overrides, *grid.algos[cell.algo],
                  f"seed={cell.seed}", f"total_steps={cell.budget}", f"run_dir={run}"]
     if cell.algo in grid.init:
         overrides.append(f"init={grid.init_dir(cell) / 'checkpoints' / 'last.pt'}")
@@ -359,7 +359,7 @@ def seed_batch(grid: Grid, cell: Cell) -> list[Cell]:
     from robotrl.registry import algorithm
 
     if (not grid.batch_seeds or cell.runner != ROBOTRL or cell.algo in grid.init
-            or algorithm(cell.algo).seed_batch is None):
+            or algorithm(learner_name(cell.algo)).seed_batch is None):
         return [cell]
     group = [dataclasses.replace(cell, seed=s) for s in grid.seeds]
     if any(grid.run_dir(c).exists() for c in group):

@@ -298,6 +298,17 @@ class _EnsembleColumn(torch.autograd.Function):
         return gx, gw, gb
 
 
+def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``torch.baddbmm(bias, x, weight)``: S stacked networks' layer (``x`` [S, B, in],
+    ``weight`` [S, in, out], ``bias`` broadcasting to [S, B, out]); under autocast a head (at
+    most ``HEAD_MAX_OUT`` outputs) keeps the parameters' dtype, as in ``linear``."""
+    if (weight.shape[-1] <= HEAD_MAX_OUT and not _tracing()
+            and torch.is_autocast_enabled(x.device.type)):
+        with torch.autocast(x.device.type, enabled=False):
+            return torch.baddbmm(bias, x.to(weight.dtype), weight)
+    return torch.baddbmm(bias, x, weight)
+
+
 def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """E linear layers at once: ``x`` [E, B, in] or a shared [B, in], ``weight`` [E, in, out],
     ``bias`` [E, 1, out] -> [E, B, out], as ``torch.baddbmm``; on oneDNN where that is faster,

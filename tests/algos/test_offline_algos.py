@@ -153,6 +153,26 @@ def test_bf16_updates_learn_and_keep_float32_state(name: str) -> None:
     assert bf16[0][key] != histories["float32"][0][key]
 
 
+@pytest.mark.parametrize("name", ["td3bc", "iql"])
+def test_bf16_seed_batch_runs_under_autocast_and_keeps_float32_state(name: str) -> None:
+    """``num_seeds`` with ``precision=bf16``: the batch's updates differ from float32's, every
+    seed's parameters stay float32, and its losses fall as the learner's do."""
+    from robotrl.registry import algorithm, resolve
+
+    losses_by = {}
+    for precision in ("float32", "bf16"):
+        cfg = small_learner(name, precision=precision).cfg
+        batch = resolve(algorithm(name).seed_batch).create(3, -torch.ones(1), torch.ones(1), cfg,
+                                                          [0, 1])
+        batch.attach(tiny_dataset())
+        losses_by[precision] = [batch.update(i / 6)[0] for i in range(6)]
+        assert all(p.dtype == torch.float32 for lr in batch.learners
+                   for module in lr.modules.values() for p in module.parameters())
+    key, bf16 = batch.METRIC_KEYS[0], losses_by["bf16"]
+    assert all(math.isfinite(m[key]) for m in bf16) and bf16[-1][key] < bf16[0][key]
+    assert bf16[0] != losses_by["float32"][0]  # some metric differs
+
+
 def test_unknown_precision_names_the_allowed_values() -> None:
     with pytest.raises(ValueError, match="precision.*fp16.*float32, bf16"):
         small_learner("td3bc", precision="fp16")

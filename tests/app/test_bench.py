@@ -12,8 +12,10 @@ import pytest
 import yaml
 
 from robotrl.bench.grid import ROBOTRL, Cell, load_grid
+from robotrl.bench.harness import cell_overrides
 from robotrl.checkpoint import load_checkpoint
 from robotrl.cli.bench import bench_main
+from robotrl.experiment import compose
 
 
 def write_grid(tmp_path: Path, dataset: Path, **extra) -> Path:
@@ -358,6 +360,7 @@ def test_ope_command(pendulum, tmp_path):
 
 @pytest.mark.parametrize("bad, message", [
     ({"algos": ["bc", "ppo"]}, "unknown offline algorithm 'ppo'; available: .*'td3bc'"),
+    ({"algos": {"bc": [], "ppo@fast": []}}, "unknown offline algorithm 'ppo@fast'"),
     ({"tasks": ["hopper"]}, "give tasks or datasets"),
     ({"seeds": "zero"}, "grid.seeds: expected a list"),
     ({"colour": 1}, "unknown config key.*colour"),
@@ -394,6 +397,19 @@ def test_a_grid_extends_another_stating_only_what_differs(tmp_path, pendulum):
     (tmp_path / "orphan.yaml").write_text("extends: gone.yaml\n")
     with pytest.raises(ValueError, match="gone.yaml not found .extended by .*orphan.yaml"):
         load_grid(tmp_path / "orphan.yaml")
+
+
+def test_an_algorithm_runs_under_labels_as_variants(tmp_path, pendulum):
+    """``td3bc@bf16``: its own cells and directories, training ``algo=td3bc`` with its
+    overrides."""
+    grid = load_grid(write_grid(tmp_path, pendulum, algos={
+        "td3bc": [], "td3bc@bf16": ["algo.precision=bf16"]}))
+    cells = [c for c in grid.cells() if c.seed == 0]
+    assert [c.algo for c in cells] == ["td3bc", "td3bc@bf16"]
+    plain, bf16 = (compose(cell_overrides(grid, c)) for c in cells)
+    assert type(plain.algo).__name__ == type(bf16.algo).__name__ == "TD3BCConfig"
+    assert (plain.algo.precision, bf16.algo.precision) == ("float32", "bf16")
+    assert grid.run_dir(cells[0]) != grid.run_dir(cells[1])
 
 
 def test_a_peer_runs_only_on_the_targets_it_names(tmp_path, pendulum):
