@@ -9,6 +9,9 @@ functions that use it, so scripts without an SB3 contestant run without it.
 Evaluations are seeded as ``robotrl train`` seeds its own (``robotrl.seeding``): the
 evaluation worlds from the ``eval-env`` stream of the run seed, their resets from its
 ``eval-reset`` stream, for ours and for SB3's Gymnasium worlds alike.
+
+Importing it sets glibc's heap thresholds as a run does (``robotrl.nn.heap``), so that a script
+times ours as ``robotrl train`` runs it (contestants in the same process share the setting).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from robotrl.config import TrainConfig, to_dict
 from robotrl.experiment import check_overrides, resolve_config, save_config, validate
 from robotrl.experiment.build import build_env, build_runner
 from robotrl.experiment.compose import hydra_overrides
+from robotrl.nn.heap import keep_freed_memory
 from robotrl.nn.linear import cpu_fields
 from robotrl.runners.base import Runner
 from robotrl.runners.evaluation import PolicyFn, evaluate
@@ -44,6 +48,7 @@ from robotrl.seeding import derive_seed, seed_everything
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
+keep_freed_memory()
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 COLOURS = {"PASS": "green", "FAIL": "red", "SKIP": "yellow"}
 

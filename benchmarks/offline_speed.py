@@ -10,8 +10,14 @@ algorithm (ours, then d3rlpy) so machine noise hits both. The data is a determin
 HalfCheetah-shaped set (obs 17, act 6, 100 episodes x 1000 steps ending in truncation) or
 ``--dataset REF`` (``robotrl.data.load_dataset``), written once to an .npz that both read.
 
+Ours' process sets glibc's heap thresholds as ``robotrl train`` does (``robotrl.nn.heap``); d3rlpy
+runs as installed (the target's ratio) and again with the same thresholds (its environment
+variables), so the table says what the allocator setting is worth on each side.
+
 Ours runs at each of ``--precisions`` (``OfflineConfig.precision``: float32, and bf16 under
-autocast); the target is float32's ratio, bf16's is reported beside it.
+autocast) and, with ``--compile``, float32 with the update step under ``torch.compile``
+(``float32+compile``: the first call's compilation is in the warmup); the target is float32's
+ratio, the others are reported beside it.
 
 d3rlpy venv (d3rlpy 2.8.1 pins gymnasium 1.0.0, so it cannot share ours; .ci/run builds the same
 one, where ``--d3rlpy-python`` looks by default):
@@ -63,6 +69,7 @@ from robotrl.algos.offline import (  # noqa: E402
 from robotrl.algos.offline.base import PRECISIONS  # noqa: E402
 from robotrl.checkpoint import atomic_open  # noqa: E402
 from robotrl.data import Dataset, DatasetCard, load_dataset  # noqa: E402
+from robotrl.nn.heap import MMAP_THRESHOLD, TRIM_THRESHOLD, keep_freed_memory  # noqa: E402
 
 ALGOS: dict[str, tuple[type, type]] = {"bc": (BC, BCConfig), "td3bc": (TD3BC, TD3BCConfig),
                                        "iql": (IQL, IQLConfig), "cql": (CQL, CQLConfig),
@@ -112,7 +119,8 @@ def write_npz(data: Dataset, path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def ours(name: str, data: Dataset, low: torch.Tensor, high: torch.Tensor, updates: int,
-         repeats: int, warmup: int, precision: str = "float32") -> dict[str, Any]:
+         repeats: int, warmup: int, precision: str = "float32",
+         compile: bool = False) -> dict[str, Any]:
     """robotrl's learner at the common sizes: updates/s of ``update()`` calls."""
     cls, cfg_cls = ALGOS[name]
     sizes = {"hidden": (256, 256), "batch_size": 256, "updates_per_iteration": max(warmup, 1),
@@ -122,6 +130,8 @@ def ours(name: str, data: Dataset, low: torch.Tensor, high: torch.Tensor, update
     cfg = cfg_cls(**sizes)
     alg = cls(data.obs_dim, low, high, cfg, device="cpu", seed=0)
     alg.attach(data)
+    if compile:
+        alg._update_once = torch.compile(alg._update_once)
     alg.update(0.0)  # warmup: allocator, Adam state, first-call costs
     alg.cfg.updates_per_iteration = updates  # read by every update() call
     runs = []
@@ -132,12 +142,18 @@ def ours(name: str, data: Dataset, low: torch.Tensor, high: torch.Tensor, update
     return {"min": min(runs), "median": statistics.median(runs), "runs": runs}
 
 
-def theirs(args: argparse.Namespace, npz: Path, name: str, updates: int) -> dict[str, Any]:
-    """One ``offline_speed_d3rlpy.py`` run for ``name``: its JSON line."""
+def theirs(args: argparse.Namespace, npz: Path, name: str, updates: int,
+           heap: bool = False) -> dict[str, Any]:
+    """One ``offline_speed_d3rlpy.py`` run for ``name``: its JSON line; ``heap``: with glibc's
+    thresholds set as ours' process sets them (``robotrl.nn.heap``, through the environment
+    variables glibc reads at start-up)."""
     cmd = [args.d3rlpy_python, str(Path(__file__).parent / "offline_speed_d3rlpy.py"),
            "--dataset", str(npz), "--algos", name, "--updates", str(updates), "--repeats",
            str(args.repeats), "--warmup", str(args.warmup), "--threads", str(args.threads)]
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    if heap:
+        env.update(MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD),
+                   MALLOC_TRIM_THRESHOLD_=str(TRIM_THRESHOLD))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode:
         sys.exit(f"d3rlpy side failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
@@ -157,6 +173,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1, help="torch threads of both sides")
     p.add_argument("--precisions", default=",".join(PRECISIONS),
                    help=f"ours at each, comma-separated: {','.join(PRECISIONS)}")
+    p.add_argument("--compile", action="store_true",
+                   help="also ours at float32 with the update under torch.compile")
     p.add_argument("--dataset", help="robotrl dataset (Minari id/dir or .hdf5); default synthetic")
     p.add_argument("--d3rlpy-python", default=D3RLPY_PY, help="python of the d3rlpy venv")
     p.add_argument("--out", type=Path, default=OUT)
@@ -168,6 +186,7 @@ def main() -> None:
     if "float32" not in precisions or (unknown := set(precisions) - set(PRECISIONS)):
         p.error(f"precisions must include float32 (the target's) and be among "
                 f"{', '.join(PRECISIONS)}; got {args.precisions!r}")
+    variants = precisions + ["float32+compile"] * args.compile
     if not Path(args.d3rlpy_python).exists():
         print(f"no d3rlpy python at {args.d3rlpy_python}; set up its venv with:\n\n"
               + __doc__.split("by default):\n\n", 1)[1].split("\n\n", 1)[0], file=sys.stderr)
@@ -185,33 +204,40 @@ def main() -> None:
         for name in names:  # alternate: ours, then d3rlpy, per algorithm
             n = getattr(args, f"{name}_updates") or args.updates
             mine = {}
-            for precision in precisions:
-                mine[precision] = ours(name, data, low, high, n, args.repeats, args.warmup,
-                                       precision)
-                print(f"{name}: robotrl {precision} median {mine[precision]['median']:.1f} "
+            for variant in variants:
+                mine[variant] = ours(name, data, low, high, n, args.repeats, args.warmup,
+                                     variant.split("+")[0], variant.endswith("+compile"))
+                print(f"{name}: robotrl {variant} median {mine[variant]['median']:.1f} "
                       f"updates/s", flush=True)
             out = theirs(args, npz, name, n)
             meta = {k: v for k, v in out.items() if k != "results"}
             other = out["results"][name]
             print(f"{name}: d3rlpy  median {other['median']:.1f} updates/s", flush=True)
+            same_heap = theirs(args, npz, name, n, heap=True)["results"][name]
+            print(f"{name}: d3rlpy, ours' heap thresholds, median {same_heap['median']:.1f} "
+                  f"updates/s", flush=True)
             ratios = {k: v["median"] / other["median"] for k, v in mine.items()}
             results[name] = {"updates": n, "robotrl": mine["float32"], "d3rlpy": other,
                              "ratio": ratios["float32"], "target_met": ratios["float32"] >= TARGET,
+                             "d3rlpy_same_heap": same_heap,
+                             "ratio_same_heap": mine["float32"]["median"] / same_heap["median"],
                              **{f"robotrl_{k}": v for k, v in mine.items() if k != "float32"},
                              **{f"ratio_{k}": v for k, v in ratios.items() if k != "float32"}}
-    extra = [k for k in precisions if k != "float32"]
+    extra = [k for k in variants if k != "float32"]
     print(f"\n| algo | robotrl updates/s (median, min) | d3rlpy updates/s (median, min) | "
-          f"ratio of medians | target >= {TARGET:g}x met? |"
+          f"ratio of medians | target >= {TARGET:g}x met? | d3rlpy, ours' heap | ratio |"
           + "".join(f" robotrl {k} (median, min) | {k} ratio |" for k in extra)
-          + "\n|---|---:|---:|---:|---|" + "---:|---:|" * len(extra))
+          + "\n|---|---:|---:|---:|---|---:|---:|" + "---:|---:|" * len(extra))
     for name, r in results.items():
         a, b = r["robotrl"], r["d3rlpy"]
         print(f"| {name} | {a['median']:.1f} ({a['min']:.1f}) | {b['median']:.1f} "
               f"({b['min']:.1f}) | {r['ratio']:.2f}x | {'yes' if r['target_met'] else 'no'} |"
+              f" {r['d3rlpy_same_heap']['median']:.1f} | {r['ratio_same_heap']:.2f}x |"
               + "".join(f" {r[f'robotrl_{k}']['median']:.1f} ({r[f'robotrl_{k}']['min']:.1f}) |"
                         f" {r[f'ratio_{k}']:.2f}x |" for k in extra))
     payload = {"meta": {**machine_meta(), "threads": args.threads,
-                        "torch": torch.__version__, "precisions": precisions,
+                        "torch": torch.__version__, "variants": variants,
+                        "heap_thresholds": keep_freed_memory(),
                         "d3rlpy": meta.get("d3rlpy_version"),
                         "d3rlpy_torch": meta.get("torch_version"),
                         "command": shlex.join(["python", *sys.argv])},

@@ -111,9 +111,11 @@ class Experiment:
         drives it itself; nothing is written to the run directory."""
         import torch
 
+        from robotrl.nn.heap import keep_freed_memory
         from robotrl.seeding import seed_everything
 
         torch.set_num_threads(self.cfg.torch_threads or os.cpu_count() or 1)
+        keep_freed_memory()
         seed_everything(self.cfg.seed)
         return build_runner(self.cfg)
 
@@ -205,8 +207,10 @@ def _run(cfg: TrainConfig) -> dict[str, float] | None:
 
     from robotrl import distributed
     from robotrl.checkpoint import run_lock
+    from robotrl.nn.heap import keep_freed_memory
 
     torch.set_num_threads(cfg.torch_threads or os.cpu_count() or 1)
+    keep_freed_memory()  # large CPU tensors without page faults every update
     if cfg.num_seeds > 1:
         return _train_seeds(cfg)
     rank = distributed.init(cfg.device) if cfg.distributed else distributed.current()
