@@ -63,7 +63,7 @@ from robotrl.algos.fasttd3 import (
 from robotrl.algos.sac import SAC
 from robotrl.nn.batch_renorm import RENORM_VARIANTS, BatchRenorm, _stat_dtype
 from robotrl.nn.ensemble import EnsembleLinear
-from robotrl.nn.linear import ensemble_linear, stacked_linear
+from robotrl.nn.linear import ensemble_linear, precision_autocast, stacked_linear
 from robotrl.nn.mlp import make_activation
 from robotrl.nn.squashed_gaussian import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from robotrl.optim import GRADIENT_HOOKS, adam
@@ -320,14 +320,6 @@ class SeedBatch:
              n: int) -> torch.Tensor:
         """Updates ``start`` .. ``start + n - 1`` of every seed in ``st``: metrics [U, S, K]."""
         dev = self.device
-        if getattr(self.cfg, "precision", "float32") == "bf16":  # OfflineConfig.precision
-            with torch.autocast(dev.type, torch.bfloat16):
-                return self._run_rows(st, gens, start, n)
-        return self._run_rows(st, gens, start, n)
-
-    def _run_rows(self, st: dict[str, Any], gens: list[torch.Generator], start: int,
-                  n: int) -> torch.Tensor:
-        dev = self.device
         if not self.cuda_graphs:
             return torch.stack([self._update_once(st, self._draws(st, gens, start + u), start + u)
                                 for u in range(n)])
@@ -385,7 +377,9 @@ class SeedBatch:
         st = self._gather(seeds)
         gens = [lr.generator for lr in ls]
         gen_states = [g.get_state() for g in gens]  # restored for seeds stopped in this call
-        rows = self._run(st, gens, start, n)  # [U, S, K]
+        # OfflineConfig.precision; the online learners' configs have none
+        with precision_autocast(self.device, getattr(self.cfg, "precision", "float32")):
+            rows = self._run(st, gens, start, n)  # [U, S, K]
         checked = [self.METRIC_KEYS.index(k) for k in self.CHECKED]
         values = rows[:, :, checked]  # [U, S, C]
         steps = torch.arange(start, start + n, device=rows.device)

@@ -54,26 +54,14 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from common import machine_meta  # noqa: E402
 
-from robotrl.algos.offline import (  # noqa: E402
-    AWAC,
-    BC,
-    CQL,
-    IQL,
-    TD3BC,
-    AWACConfig,
-    BCConfig,
-    CQLConfig,
-    IQLConfig,
-    TD3BCConfig,
-)
 from robotrl.algos.offline.base import PRECISIONS  # noqa: E402
 from robotrl.checkpoint import atomic_open  # noqa: E402
 from robotrl.data import Dataset, DatasetCard, load_dataset  # noqa: E402
 from robotrl.nn.heap import MMAP_THRESHOLD, TRIM_THRESHOLD, keep_freed_memory  # noqa: E402
+from robotrl.registry import algorithm  # noqa: E402
 
-ALGOS: dict[str, tuple[type, type]] = {"bc": (BC, BCConfig), "td3bc": (TD3BC, TD3BCConfig),
-                                       "iql": (IQL, IQLConfig), "cql": (CQL, CQLConfig),
-                                       "awac": (AWAC, AWACConfig)}
+ALGOS = ("bc", "td3bc", "iql", "cql", "awac")
+"""The offline learners d3rlpy has (``robotrl.registry`` names)."""
 TARGET = 2.0
 """Target: ours / d3rlpy median updates/s."""
 OUT = Path(__file__).parent / "figures" / "offline_speed.json"
@@ -122,7 +110,8 @@ def ours(name: str, data: Dataset, low: torch.Tensor, high: torch.Tensor, update
          repeats: int, warmup: int, precision: str = "float32",
          compile: bool = False) -> dict[str, Any]:
     """robotrl's learner at the common sizes: updates/s of ``update()`` calls."""
-    cls, cfg_cls = ALGOS[name]
+    entry = algorithm(name)
+    cls, cfg_cls = entry.learner_class(), entry.config_class()
     sizes = {"hidden": (256, 256), "batch_size": 256, "updates_per_iteration": max(warmup, 1),
              "precision": precision}
     if name != "bc":

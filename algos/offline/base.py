@@ -24,6 +24,7 @@ from torch import nn
 
 from robotrl.data.dataset import Dataset
 from robotrl.nn.actor import DeterministicActor
+from robotrl.nn.linear import precision_autocast
 from robotrl.nn.mlp import ACTIVATIONS, mlp
 from robotrl.nn.normalizer import RunningNormalizer
 from robotrl.optim import GradientStep, summarize_updates
@@ -303,8 +304,7 @@ class OfflineLearner:
         nan = torch.full((), math.nan, device=self.device)
         rows = []
         for _ in range(self.cfg.updates_per_iteration):
-            with torch.autocast(self.device.type, torch.bfloat16,
-                                enabled=self.cfg.precision == "bf16"):
+            with precision_autocast(self.device, self.cfg.precision):
                 metrics = self._update_once(self.sample())
             self.num_updates += 1
             rows.append(torch.stack([metrics.get(k, nan).float() for k in self.METRIC_KEYS]))

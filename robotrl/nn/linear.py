@@ -64,6 +64,21 @@ HEAD_MAX_OUT = 16
 head: a value, an action's mean and log std, a distributional critic's atoms) keep the
 parameters' dtype: the values a loss reads are accumulated and stored in float32, and such
 thin products are too small to gain from bfloat16."""
+
+
+def precision_autocast(device: torch.device, precision: str) -> torch.autocast:
+    """The autocast an update runs under: to bfloat16 for ``precision`` ``"bf16"``
+    (``OfflineConfig.precision``), else disabled."""
+    return torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16")
+
+
+def _head_in_own_dtype(x: torch.Tensor, out_dim: int) -> bool:
+    """Whether a layer with ``out_dim`` outputs is a head that autocast must leave in its
+    parameters' dtype (``HEAD_MAX_OUT``)."""
+    return (out_dim <= HEAD_MAX_OUT and not _tracing()
+            and torch.is_autocast_enabled(x.device.type))
+
+
 BACKENDS = ("auto", "onednn", "blas")
 """Values of ``ROBOTRL_CPU_LINEAR``."""
 
@@ -182,7 +197,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     # tracing first: a size test on a traced symbolic batch would become a guard on it
     if _tracing():
         return F.linear(x, weight, bias)
-    if out_dim <= HEAD_MAX_OUT and torch.is_autocast_enabled(x.device.type):
+    if _head_in_own_dtype(x, out_dim):
         with torch.autocast(x.device.type, enabled=False):
             return F.linear(x.to(weight.dtype), weight, bias)
     if x.device.type != "cpu" or torch.is_autocast_enabled("cpu"):
@@ -302,8 +317,7 @@ def stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) ->
     """``torch.baddbmm(bias, x, weight)``: S stacked networks' layer (``x`` [S, B, in],
     ``weight`` [S, in, out], ``bias`` broadcasting to [S, B, out]); under autocast a head (at
     most ``HEAD_MAX_OUT`` outputs) keeps the parameters' dtype, as in ``linear``."""
-    if (weight.shape[-1] <= HEAD_MAX_OUT and not _tracing()
-            and torch.is_autocast_enabled(x.device.type)):
+    if _head_in_own_dtype(x, weight.shape[-1]):
         with torch.autocast(x.device.type, enabled=False):
             return torch.baddbmm(bias, x.to(weight.dtype), weight)
     return torch.baddbmm(bias, x, weight)
@@ -314,7 +328,7 @@ def ensemble_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -
     ``bias`` [E, 1, out] -> [E, B, out], as ``torch.baddbmm``; on oneDNN where that is faster,
     and one matrix-vector product per member for a single output on CPUs (``_EnsembleColumn``)."""
     members, in_dim, out_dim = weight.shape
-    if out_dim <= HEAD_MAX_OUT and not _tracing() and torch.is_autocast_enabled(x.device.type):
+    if _head_in_own_dtype(x, out_dim):
         with torch.autocast(x.device.type, enabled=False):
             return ensemble_linear(x.to(weight.dtype), weight, bias)
     if (out_dim == 1 and x.device.type == "cpu" and x.dim() in (2, 3)
