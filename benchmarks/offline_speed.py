@@ -58,6 +58,7 @@ from robotrl.algos.offline.base import PRECISIONS  # noqa: E402
 from robotrl.checkpoint import atomic_open  # noqa: E402
 from robotrl.data import Dataset, DatasetCard, load_dataset  # noqa: E402
 from robotrl.nn.heap import MMAP_THRESHOLD, TRIM_THRESHOLD, keep_freed_memory  # noqa: E402
+from robotrl.nn.linear import check_precision  # noqa: E402
 from robotrl.registry import algorithm  # noqa: E402
 
 ALGOS = ("bc", "td3bc", "iql", "cql", "awac")
@@ -160,8 +161,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=50, help="untimed updates before the repeats")
     p.add_argument("--threads", type=int, default=1, help="torch threads of both sides")
-    p.add_argument("--precisions", default=",".join(PRECISIONS),
-                   help=f"ours at each, comma-separated: {','.join(PRECISIONS)}")
+    p.add_argument("--precisions", default=None,
+                   help=f"ours at each, comma-separated: {','.join(PRECISIONS)} (default: every "
+                        "one this CPU runs: bf16 needs bfloat16 products, check_precision)")
     p.add_argument("--compile", action="store_true",
                    help="also ours at float32 with the update under torch.compile")
     p.add_argument("--dataset", help="robotrl dataset (Minari id/dir or .hdf5); default synthetic")
@@ -171,10 +173,21 @@ def main() -> None:
     names = [s.strip() for s in args.algos.split(",") if s.strip()]
     if unknown := set(names) - set(ALGOS):
         p.error(f"unknown algos {sorted(unknown)}; known: {', '.join(ALGOS)}")
-    precisions = [s.strip() for s in args.precisions.split(",") if s.strip()]
+    runnable = []
+    for precision in PRECISIONS:
+        try:
+            check_precision(torch.device("cpu"), precision)
+            runnable.append(precision)
+        except ValueError as err:
+            if args.precisions is None:
+                print(f"not timing {precision}: {err}", file=sys.stderr)
+            elif precision in args.precisions:
+                p.error(str(err))
+    given = args.precisions if args.precisions is not None else ",".join(runnable)
+    precisions = [s.strip() for s in given.split(",") if s.strip()]
     if "float32" not in precisions or (unknown := set(precisions) - set(PRECISIONS)):
         p.error(f"precisions must include float32 (the target's) and be among "
-                f"{', '.join(PRECISIONS)}; got {args.precisions!r}")
+                f"{', '.join(PRECISIONS)}; got {given!r}")
     variants = precisions + ["float32+compile"] * args.compile
     if not Path(args.d3rlpy_python).exists():
         print(f"no d3rlpy python at {args.d3rlpy_python}; set up its venv with:\n\n"

@@ -24,7 +24,7 @@ from torch import nn
 
 from robotrl.data.dataset import Dataset
 from robotrl.nn.actor import DeterministicActor
-from robotrl.nn.linear import precision_autocast
+from robotrl.nn.linear import check_precision, precision_autocast
 from robotrl.nn.mlp import ACTIVATIONS, mlp
 from robotrl.nn.normalizer import RunningNormalizer
 from robotrl.optim import GradientStep, summarize_updates
@@ -63,7 +63,8 @@ class OfflineConfig:
     run under autocast to bfloat16 (hidden layers' products in bfloat16; heads, parameters,
     gradients and Adam's state in float32, ``robotrl.nn.linear.HEAD_MAX_OUT``), about twice
     the products per second on CPUs with AVX512-BF16 or AMX and on GPUs
-    (``benchmarks/offline_speed.py``)."""
+    (``benchmarks/offline_speed.py``); refused on a CPU without bfloat16 products, where it
+    would be about 10x slower (``robotrl.nn.linear.check_precision``)."""
 
     def __post_init__(self) -> None:
         self.hidden = tuple(int(w) for w in self.hidden)
@@ -184,6 +185,7 @@ class OfflineLearner:
                  seed: int | None = None) -> None:
         self.cfg = cfg
         self.device = dev = torch.device(device)
+        check_precision(dev, cfg.precision)
         self.dtype = torch.get_default_dtype()
         """Floating dtype of the networks and of the attached data (the default dtype at
         construction: float32, or float64 in the reference-equivalence tests)."""

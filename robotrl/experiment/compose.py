@@ -276,6 +276,12 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.backend.name == "mujoco" and cfg.env.task not in list_tasks():
         raise ValueError(f"unknown task {cfg.env.task!r}; available tasks: {list_tasks()}")
     validate_values(cfg)
+    if getattr(cfg.algo, "precision", "float32") == "bf16":  # this machine's CPU can run it
+        import torch
+
+        from robotrl.nn.linear import check_precision
+
+        check_precision(torch.device(cfg.device), "bf16")
     if cfg.env.options or cfg.env.train_options:  # their names, before a run directory exists
         check_options(cfg.env.task, cfg.backend.name,
                       **{**cfg.env.options, **cfg.env.train_options})

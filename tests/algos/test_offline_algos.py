@@ -131,7 +131,17 @@ def test_update_lowers_the_loss(name: str) -> None:
     assert history[-1][key] < history[0][key], [round(m[key], 4) for m in history]
 
 
+@pytest.fixture
+def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This CPU reads as one with bfloat16 products (``check_precision`` lets bf16 run): the
+    bf16 tests check behaviour, which emulated products give too, only slower."""
+    from robotrl.nn import linear
+
+    monkeypatch.setattr(linear, "cpu_fields", lambda: {"flags": "avx2 avx512f avx512_bf16"})
+
+
 @pytest.mark.parametrize("name", ["td3bc", "iql", "cql"])
+@pytest.mark.usefixtures("bf16_cpu")
 def test_bf16_updates_learn_and_keep_float32_state(name: str) -> None:
     """``precision=bf16``: the loss still falls, the updates differ from float32's (autocast is
     on), and parameters, gradients and Adam's moments stay float32."""
@@ -154,6 +164,7 @@ def test_bf16_updates_learn_and_keep_float32_state(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["td3bc", "iql"])
+@pytest.mark.usefixtures("bf16_cpu")
 def test_bf16_seed_batch_runs_under_autocast_and_keeps_float32_state(name: str) -> None:
     """``num_seeds`` with ``precision=bf16``: the batch's updates differ from float32's, every
     seed's parameters stay float32, and its losses fall as the learner's do."""
@@ -176,6 +187,56 @@ def test_bf16_seed_batch_runs_under_autocast_and_keeps_float32_state(name: str) 
 def test_unknown_precision_names_the_allowed_values() -> None:
     with pytest.raises(ValueError, match="precision.*fp16.*float32, bf16"):
         small_learner("td3bc", precision="fp16")
+
+
+@pytest.mark.parametrize("fields, refused", [
+    ({"model name": "AMD EPYC", "flags": "sse avx2 fma"}, True),  # Zen 2: emulated bfloat16
+    ({"flags": "avx2 avx512f avx512_bf16"}, False),  # Zen 4, Xeon (Cooper Lake on)
+    ({"flags": "avx512f amx_tile amx_bf16"}, False),  # Xeon with AMX
+    ({"Features": "fp asimd bf16"}, False),  # aarch64
+    ({}, False),  # flags unreadable: let be
+])
+def test_bf16_is_refused_on_a_cpu_without_bfloat16_products(
+        monkeypatch: pytest.MonkeyPatch, fields: dict[str, str], refused: bool) -> None:
+    """On a CPU without AVX512-BF16, AMX or aarch64's bf16, ``precision=bf16`` would run about
+    10x slower than float32: the learner refuses it, naming the flags and the allowed values;
+    float32 is never refused, nor bf16 on a GPU."""
+    from robotrl.nn import linear
+
+    monkeypatch.setattr(linear, "cpu_fields", lambda: fields)
+    if refused:
+        with pytest.raises(ValueError, match=r"avx512_bf16 or amx_bf16.*AMD EPYC.*"
+                                             r"allowed: float32, bf16"):
+            small_learner("td3bc", precision="bf16")
+    else:
+        small_learner("td3bc", precision="bf16")
+    small_learner("td3bc", precision="float32")
+    linear.check_precision(torch.device("cuda"), "bf16")  # a GPU's bf16 is not the CPU's
+
+
+def test_train_refuses_bf16_on_such_a_cpu_with_exit_2_before_writing(tmp_path: Path) -> None:
+    """``robotrl train ... algo.precision=bf16`` on a CPU without bfloat16 products: exit 2 and
+    one line, before the run directory is made."""
+    import subprocess
+    import sys
+
+    n = 4
+    episode = {"observations": torch.randn(n + 1, 4).numpy(), "actions": torch.zeros(n, 1).numpy(),
+               "rewards": torch.ones(n).numpy(), "terminations": torch.zeros(n, dtype=torch.bool).numpy(),
+               "truncations": (torch.arange(n) == n - 1).numpy()}
+    data = Dataset.from_episodes([episode], DatasetCard(task="InvertedPendulum-v5", kind="expert"))
+    path = save_hdf5(data, tmp_path / "ip.hdf5")
+    run_dir = tmp_path / "run"
+    code = ("from robotrl.nn import linear; "
+            "linear.cpu_fields = lambda: {'model name': 'AMD EPYC', 'flags': 'avx2 fma'}; "
+            "from robotrl.cli.main import main; "
+            f"main(['train', 'algo=td3bc', 'dataset={path}', "
+            f"'algo.precision=bf16', 'run_dir={run_dir}'])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("config error: precision=bf16 needs a CPU with bfloat16")
+    assert len(proc.stderr.strip().splitlines()) == 1 and not run_dir.exists()
 
 
 @pytest.mark.parametrize("name", OFFLINE)
