@@ -45,6 +45,9 @@ class ReplayBuffer:
         self.truncated = zeros(dtype=torch.bool)
         self.pos = 0
         """Row the next transition goes to."""
+        self.stride: int | None = None
+        """Rows of every ``add`` (the worlds), while they were all the same (0 once they
+        differed): a world's next step is ``stride`` rows on (``n_step``)."""
         self.size = 0
         """Rows holding data (<= capacity)."""
 
@@ -89,6 +92,7 @@ class ReplayBuffer:
         ):
             if tuple(value.shape) != shape:
                 raise ValueError(f"replay add: {name} has shape {tuple(value.shape)}, expected {shape}")
+        self.stride = n if self.stride in (None, n) else 0
         end = self.pos + n
         first = min(end, self.capacity) - self.pos  # rows before the ring wraps
         values = (obs, action, reward, next_obs, terminated, truncated)
@@ -109,10 +113,44 @@ class ReplayBuffer:
         )
         return {name: getattr(self, name)[idx] for name in FIELDS}
 
+    @torch.no_grad()
+    def n_step(self, idx: torch.Tensor, n: int, gamma: float) -> dict[str, torch.Tensor]:
+        """The ``n``-step transitions starting at rows ``idx`` [B]: each world's next ``n``
+        steps (``stride`` rows apart), cut after the step that ends the episode (terminated or
+        truncated) and at the newest step stored.
+
+        Returns ``obs`` and ``action`` of the first step; ``reward`` the discounted sum of the m
+        rewards used; ``next_obs`` and ``terminated`` of the m-th step (a truncated last step
+        bootstraps from its final observation, as in one-step replay); ``discount``
+        gamma^m, 0 where the m-th step terminated. n = 1 gives the rows as stored with
+        ``discount`` gamma (1 - terminated).
+        """
+        if n < 1:
+            raise ValueError(f"n-step returns need n >= 1, got {n}")
+        if n > 1 and not self.stride:
+            raise RuntimeError("n-step returns need every add() to store the same worlds "
+                               f"(got {'no add yet' if self.stride is None else 'varying sizes'})")
+        stride = self.stride or 1
+        k = torch.arange(n, device=self.device)
+        rows = (idx[:, None] + k * stride) % self.capacity  # [B, n]
+        ahead = ((self.pos - 1 - idx) % self.capacity) // stride  # newer steps stored
+        stored = k <= ahead[:, None]
+        done = (self.terminated[rows] | self.truncated[rows]) & stored
+        ended = (done.cumsum(1) - done.long()) > 0  # an earlier step ended the episode
+        used = stored & ~ended
+        m = used.sum(1)  # >= 1: the first step is always used
+        reward = (self.reward[rows] * used * gamma ** k.to(self.reward.dtype)).sum(1)
+        last = rows.gather(1, (m - 1)[:, None]).squeeze(1)
+        terminated = self.terminated[last]
+        discount = gamma ** m.to(self.reward.dtype) * (~terminated).to(self.reward.dtype)
+        return {"obs": self.obs[idx], "action": self.action[idx], "reward": reward,
+                "next_obs": self.next_obs[last], "terminated": terminated, "discount": discount}
+
     def state_dict(self) -> dict[str, Any]:
         """The filled rows and the ring position (rows past ``size`` are never read)."""
         state: dict[str, Any] = {name: getattr(self, name)[: self.size] for name in FIELDS}
-        state.update(pos=self.pos, size=self.size, capacity=self.capacity)
+        state.update(pos=self.pos, size=self.size, capacity=self.capacity,
+                     stride=self.stride or 0)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -125,3 +163,4 @@ class ReplayBuffer:
         for name in FIELDS:
             getattr(self, name)[:size].copy_(state[name])
         self.pos, self.size = int(state["pos"]), size
+        self.stride = int(state.get("stride", 0)) or None  # 0: unknown, set by the next add

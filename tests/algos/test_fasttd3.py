@@ -138,6 +138,44 @@ def test_updates_learn_and_export_matches_act_deterministic() -> None:
     assert exported.normalize and exported.output == "tanh"
 
 
+def test_n_step_targets_come_from_the_replays_n_step_transitions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``num_steps=3``: the critic's projected target takes the n-step reward sum and gamma^m
+    (0 where terminated) of ``ReplayBuffer.n_step`` for the sampled rows; ``num_steps=1`` keeps
+    the one-step target, gamma (1 - terminated)."""
+    from robotrl.algos import fasttd3
+
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    real = fasttd3.categorical_projection
+
+    def spy(probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor,
+            support: torch.Tensor) -> torch.Tensor:
+        seen.append((reward.clone(), discount.clone()))
+        return real(probs, reward, discount, support)
+
+    monkeypatch.setattr(fasttd3, "categorical_projection", spy)
+    for num_steps in (3, 1):
+        alg = _learner(utd_ratio=1 / 6, num_steps=num_steps, gamma=0.9)
+        for t in range(8):
+            _step(alg, torch.arange(6) == t % 6)  # one world's episode ends per step
+        gen = alg.generator.get_state()
+        idx = torch.randint(0, len(alg.buffer), (8,), generator=alg.generator)
+        want = alg.buffer.n_step(idx, num_steps, 0.9)
+        alg.generator.set_state(gen)
+        seen.clear()
+        alg.owed_updates = 1
+        alg.update()
+        reward, discount = seen[0]
+        torch.testing.assert_close(reward, want["reward"])
+        torch.testing.assert_close(discount, want["discount"])
+        powers = {0.0, 0.9, 0.81, 0.729} if num_steps == 3 else {0.0, 0.9}
+        assert {round(float(d), 6) for d in discount} <= {round(p, 6) for p in powers}
+        if num_steps == 3:
+            assert (discount < 0.85).any()  # some targets summed more than one reward
+    with pytest.raises(ValueError, match="num_steps must be >= 1"):
+        FastTD3Config(num_steps=0)
+
+
 def test_asymmetric_critic_exports_the_policy_columns_only() -> None:
     cfg = FastTD3Config(actor_hidden=(8,), critic_hidden=(8,), batch_size=4, learning_starts=0,
                         critic_obs=("policy", "privileged"))

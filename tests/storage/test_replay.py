@@ -72,3 +72,71 @@ def test_bad_input() -> None:
                 torch.zeros(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         ReplayBuffer(capacity=0, obs_dim=2, act_dim=1)
+
+
+def _n_step_by_hand(log: list[dict[str, torch.Tensor]], t: int, w: int, n: int,
+                    gamma: float) -> tuple[float, float, float, bool]:
+    """World ``w``'s n-step transition from step ``t`` of the add log: (reward sum, next obs,
+    discount, terminated), stepping through its episode one step at a time."""
+    total, steps = 0.0, 0
+    for j in range(t, min(t + n, len(log))):
+        row = log[j]
+        total += gamma ** steps * float(row["reward"][w])
+        steps += 1
+        if row["terminated"][w] or row["truncated"][w]:
+            break
+    last = log[t + steps - 1]
+    term = bool(last["terminated"][w])
+    return total, float(last["next_obs"][w, 0]), (0.0 if term else gamma ** steps), term
+
+
+@pytest.mark.parametrize("capacity, worlds, adds", [(64, 4, 9), (23, 4, 11), (12, 3, 3)])
+def test_n_step_follows_each_world_to_its_episode_end_and_the_newest_step(
+        capacity: int, worlds: int, adds: int) -> None:
+    """Every row's n-step transition (n = 1..4) equals one walked step by step through its
+    world's episode: rewards summed with gamma^k, cut after a terminated or truncated step and
+    at the newest step stored, next obs and termination of the last step used, discount
+    gamma^m or 0; on a ring that wrapped (capacity not a multiple of the worlds too)."""
+    g = torch.Generator().manual_seed(0)
+    buf = ReplayBuffer(capacity, obs_dim=1, act_dim=1)
+    log, gamma = [], 0.9
+    for t in range(adds):
+        step = {"obs": torch.full((worlds, 1), float(t)) + torch.arange(worlds)[:, None] / 10,
+                "action": torch.zeros(worlds, 1), "reward": torch.rand(worlds, generator=g),
+                "next_obs": torch.randn(worlds, 1, generator=g),
+                "terminated": torch.rand(worlds, generator=g) < 0.2,
+                "truncated": torch.rand(worlds, generator=g) < 0.15}
+        buf.add(**step)
+        log.append(step)
+    first = max(0, adds - capacity // worlds)  # steps whose rows all survive the wrap
+    for n in (1, 2, 3, 4):
+        rows = [(t * worlds + w) % capacity for t in range(first, adds) for w in range(worlds)]
+        out = buf.n_step(torch.tensor(rows), n, gamma)
+        i = 0
+        for t in range(first, adds):
+            for w in range(worlds):
+                total, nxt, discount, term = _n_step_by_hand(log, t, w, n, gamma)
+                assert float(out["obs"][i, 0]) == pytest.approx(t + w / 10)
+                assert float(out["reward"][i]) == pytest.approx(total, rel=1e-5), (n, t, w)
+                assert float(out["next_obs"][i, 0]) == nxt and bool(out["terminated"][i]) == term
+                assert float(out["discount"][i]) == pytest.approx(discount, rel=1e-5)
+                i += 1
+    one = buf.n_step(torch.arange(len(buf)), 1, gamma)  # n = 1: the rows as stored
+    for name in ("obs", "action", "reward", "next_obs", "terminated"):
+        assert torch.equal(one[name], getattr(buf, name)[: len(buf)])
+
+
+def test_n_step_needs_equal_adds_and_n_at_least_1() -> None:
+    buf = ReplayBuffer(capacity=16, obs_dim=2, act_dim=1)
+    with pytest.raises(RuntimeError, match="no add yet"):
+        buf.n_step(torch.zeros(1, dtype=torch.long), 3, 0.99)
+    _step(buf, 0, 4)
+    _step(buf, 4, 2)
+    with pytest.raises(RuntimeError, match="varying sizes"):
+        buf.n_step(torch.zeros(1, dtype=torch.long), 3, 0.99)
+    with pytest.raises(ValueError, match="n >= 1"):
+        buf.n_step(torch.zeros(1, dtype=torch.long), 0, 0.99)
+    state = buf.state_dict()
+    again = ReplayBuffer(capacity=16, obs_dim=2, act_dim=1)
+    again.load_state_dict(state)
+    assert again.stride is None  # varying sizes: unknown until the next add
