@@ -152,6 +152,10 @@ class Grid:
     """Run seeds."""
     budgets: list[int] = dataclasses.field(default_factory=lambda: [1_000_000])
     """``total_steps`` of each run (env steps online, gradient updates offline)."""
+    algo_budgets: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    """Algorithm -> its own budgets, replacing ``budgets`` for its cells: learners whose steps
+    cost different wall clock side by side (PPO at 20M steps, an off-policy learner at 1M).
+    Each budget is its own section of the report, with the algorithms that run it."""
     overrides: list[str] = dataclasses.field(default_factory=list)
     """Overrides of every robotrl cell (``logger.progress=false`` and ``torch_threads=1`` are
     added unless given)."""
@@ -202,6 +206,13 @@ class Grid:
                              f"(num_seeds trains seed .. seed + n - 1), got {self.seeds}")
         if any(b < 1 for b in self.budgets):
             raise ValueError(f"grid {self.name!r}: budgets must be >= 1, got {self.budgets}")
+        for algo, budgets in self.algo_budgets.items():
+            if algo not in self.algos:
+                raise ValueError(f"grid {self.name!r}: algo_budgets names algorithm {algo!r} "
+                                 f"the grid does not run ({sorted(self.algos)})")
+            if not budgets or any(b < 1 for b in budgets):
+                raise ValueError(f"grid {self.name!r}: algo_budgets.{algo} must be a non-empty "
+                                 f"list of budgets >= 1, got {budgets}")
         from robotrl.registry import ALGORITHMS
 
         kind = "offline" if self.datasets else "online"
@@ -257,12 +268,23 @@ class Grid:
     def offline(self) -> bool:
         return bool(self.datasets)
 
+    def budgets_of(self, algo: str) -> list[int]:
+        """The budgets of ``algo``'s cells (``algo_budgets``, else ``budgets``)."""
+        return self.algo_budgets.get(algo, self.budgets)
+
+    @property
+    def all_budgets(self) -> list[int]:
+        """Every budget some algorithm runs, in order of first mention (the report's sections)."""
+        return list(dict.fromkeys(b for algo in self.algos for b in self.budgets_of(algo)))
+
     def cells(self) -> list[Cell]:
         """Every cell, seed slowest (a grid stopped early has whole seeds), then budget, target,
         algorithm, runner."""
         out = []
-        for seed, budget, target, algo in itertools.product(self.seeds, self.budgets,
+        for seed, budget, target, algo in itertools.product(self.seeds, self.all_budgets,
                                                             self.targets, self.algos):
+            if budget not in self.budgets_of(algo):
+                continue
             out.append(Cell(ROBOTRL, algo, target, seed, budget))
             out += [Cell(p, algo, target, seed, budget) for p, cfg in self.peers.items()
                     if algo in cfg.algos and (not cfg.targets or target in cfg.targets)]

@@ -36,7 +36,7 @@ def verdict(cell: dict[str, Any], peers: dict[str, str]) -> str:
 
 def headline_section(grid: Grid, summary: dict[str, Any]) -> dict[str, Any] | None:
     """The summary's section of the grid's largest budget with finished cells (None: none)."""
-    return next((summary["budgets"][str(b)] for b in sorted(grid.budgets, reverse=True)
+    return next((summary["budgets"][str(b)] for b in sorted(grid.all_budgets, reverse=True)
                  if summary["budgets"][str(b)]["cells"]), None)
 
 
@@ -92,7 +92,7 @@ def overview(grids: list[tuple[Grid, dict[str, Any], str, list[str]]]) -> str:
         for grid, summary, page, figures in members:
             section = headline_section(grid, summary)
             rows, judged, passed = grid_rows(grid, section) if section else ([], 0, 0)
-            budget = max(grid.budgets)
+            budget = max(grid.all_budgets)
             unit = "updates" if grid.offline else "steps"
             seeds = _plural(len(grid.seeds), "seed")
             score = f"; {passed} of {judged} ✓" if judged else ""

@@ -72,7 +72,7 @@ def summarize(grid: Grid, records: list[dict[str, Any]], reps: int = 50_000) -> 
         out["data"] = {t: dict(Counter(r.get("data", "") for r in records
                                        if "final" in r and r["target"] == t))
                        for t in grid.targets}
-    for budget in grid.budgets:
+    for budget in grid.all_budgets:
         done = [r for r in records if "final" in r and r["budget"] == budget]
         section: dict[str, Any] = {"cells": {}, "vs_peer": {}, "aggregates": {},
                                    "improvement": {}, "profiles": {}, "complete": []}
@@ -442,7 +442,7 @@ def figure_paths(grid: Grid, records: list[dict[str, Any]], folder: Path
              and any("minutes" in r.get("curve", {}) for r in records))
     axes = ["steps"] + (["minutes"] if timed else [])
     return [(b, x, folder / f"{grid.name}-{b}-{'curves' if x == 'steps' else x}.png")
-            for b in grid.budgets for x in axes]
+            for b in grid.all_budgets for x in axes]
 
 
 def figures(grid: Grid, records: list[dict[str, Any]], folder: Path) -> list[str]:

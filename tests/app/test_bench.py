@@ -365,6 +365,8 @@ def test_ope_command(pendulum, tmp_path):
     ({"seeds": "zero"}, "grid.seeds: expected a list"),
     ({"colour": 1}, "unknown config key.*colour"),
     ({"budgets": [0]}, "budgets must be >= 1"),
+    ({"algo_budgets": {"iql": [100]}}, "algo_budgets names algorithm 'iql' the grid does not run"),
+    ({"algo_budgets": {"bc": []}}, "algo_budgets.bc must be a non-empty list of budgets >= 1"),
     ({"peers": {"sb3": {"script": "x.py", "algos": {"sac": "SAC"}}}},
      "peer 'sb3' names algorithms \\['sac'\\]"),
     ({"peers": {"d3": {"script": "x.py", "algos": {"bc": "BC"}, "targets": ["walker2d"]}}},
@@ -410,6 +412,29 @@ def test_an_algorithm_runs_under_labels_as_variants(tmp_path, pendulum):
     assert type(plain.algo).__name__ == type(bf16.algo).__name__ == "TD3BCConfig"
     assert (plain.algo.precision, bf16.algo.precision) == ("float32", "bf16")
     assert grid.run_dir(cells[0]) != grid.run_dir(cells[1])
+
+
+def test_an_algorithm_runs_at_its_own_budgets_and_the_report_has_a_section_each(
+        tmp_path, pendulum):
+    """``algo_budgets: {td3bc: [50]}``: td3bc's cells run 50 updates (its directories say so),
+    bc's the grid's 200; the report has one section per budget, each with the algorithms that
+    run it."""
+    from robotrl.bench.report import markdown, summarize
+
+    grid = load_grid(write_grid(tmp_path, pendulum, algo_budgets={"td3bc": [50]}))
+    cells = grid.cells()
+    assert [(c.algo, c.budget, c.seed) for c in cells] == [
+        ("bc", 200, 0), ("td3bc", 50, 0), ("bc", 200, 1), ("td3bc", 50, 1)]
+    assert [compose(cell_overrides(grid, c)).total_steps for c in cells[:2]] == [200, 50]
+    assert grid.run_dir(cells[1]).parent.name == "50" and grid.all_budgets == [200, 50]
+    records = [{"runner": ROBOTRL, "algo": c.algo, "target": c.target, "seed": c.seed,
+                "budget": c.budget, "final": 10.0 * c.seed + (c.algo == "bc"), "steps": c.budget,
+                "train_seconds": 60.0} for c in cells]
+    summary = summarize(grid, records, reps=100)
+    assert {b: sorted(k.split("|")[1] for k in sec["cells"])
+            for b, sec in summary["budgets"].items()} == {"200": ["bc"], "50": ["td3bc"]}
+    text = markdown(grid, summary, [], [])
+    assert "## 200 gradient updates" in text and "## 50 gradient updates" in text
 
 
 def test_a_peer_runs_only_on_the_targets_it_names(tmp_path, pendulum):
