@@ -101,7 +101,7 @@ class RayCamera:
         """[nray, 3] world-frame unit ray directions of the static pose."""
         self._tiled: tuple[np.ndarray, np.ndarray] | None = None  # [n, nray, 3] pnt, vec
         self.default_colors = torch.from_numpy(
-            _material_colors(model.geom_rgba, model.mat_rgba, model.geom_matid))
+            material_colors(model.geom_rgba, model.mat_rgba, model.geom_matid))
         """[ngeom, 3] the model's geom colours (a material's where the geom's rgba is default)."""
         light_dir = np.asarray(light, np.float64)
         if light_dir.shape != (3,) or not np.linalg.norm(light_dir) > 0:
@@ -228,7 +228,7 @@ class RayCamera:
         n = len(sel)
         geom_rgba = np.broadcast_to(geom_rgba, (n, *model.geom_rgba.shape))
         mat_rgba = np.broadcast_to(mat_rgba, (n, *model.mat_rgba.shape))
-        return torch.from_numpy(_material_colors(geom_rgba, mat_rgba, model.geom_matid)).float()
+        return torch.from_numpy(material_colors(geom_rgba, mat_rgba, model.geom_matid)).float()
 
 
 def _camera_id(model: mujoco.MjModel, camera: str | int) -> int:
@@ -257,7 +257,7 @@ def _selection(nsim: int, ids: np.ndarray | None) -> np.ndarray:
     return np.flatnonzero(ids) if ids.dtype == bool else ids
 
 
-def _material_colors(geom_rgba: np.ndarray, mat_rgba: np.ndarray, matid: np.ndarray
+def material_colors(geom_rgba: np.ndarray, mat_rgba: np.ndarray, matid: np.ndarray
                      ) -> np.ndarray:
     """[..., ngeom, 3] geom colours from geom_rgba [..., ngeom, 4] and mat_rgba [..., nmat, 4]:
     a geom with a material and the default rgba takes the material's colour."""

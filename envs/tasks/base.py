@@ -287,8 +287,9 @@ class MujocoTask(ABC):
         """[N] bool: terminal states. Default: never."""
         return torch.zeros(sim.num_envs, dtype=torch.bool)
 
-    camera: ClassVar[str | None] = None
-    """MuJoCo camera of the ``image`` observation group (rendered by the backend), or None."""
+    camera: ClassVar[str | int | None] = None
+    """MuJoCo camera (name or id) of the ``image`` observation group (rendered by the backend),
+    or None."""
     view: ClassVar[View] = View()
     """The camera of videos and ``render`` (Gymnasium's ``default_camera_config``)."""
 
@@ -309,10 +310,14 @@ class MujocoTask(ABC):
         raise NotImplementedError(f"task {self.name!r} has no observation group {name!r}")
 
     def geom_colors(self, sim: Sim) -> torch.Tensor:
-        """[N, ngeom, 3] float32 geom colours the ``image`` camera shades (default: the
-        model's)."""
-        rgba = torch.as_tensor(self.model.geom_rgba[:, :3].copy(), dtype=torch.float32)
-        return rgba.expand(sim.num_envs, -1, -1)
+        """[N, ngeom, 3] float32 geom colours the ``image`` camera shades and videos draw
+        (default: the model's, a material's colour where the geom keeps the default rgba, as
+        MuJoCo draws them)."""
+        from robotrl.envs.camera import material_colors
+
+        model = self.model
+        rgb = material_colors(model.geom_rgba, model.mat_rgba, model.geom_matid)
+        return torch.from_numpy(rgb).expand(sim.num_envs, -1, -1)
 
     num_userdata: ClassVar[int] = 0
     """Episode variables kept in MjData's ``userdata`` (part of snapshots), drawn at reset."""

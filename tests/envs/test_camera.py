@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import mujoco
 import numpy as np
@@ -71,7 +72,8 @@ import numpy as np
 xml, qpos, out = sys.argv[1:4]
 try:  # MuJoCo's OpenGL backend loads on import: a missing or broken one can fail either
     import mujoco
-    model = mujoco.MjModel.from_xml_path(xml)
+    model = (mujoco.MjModel.from_binary_path(xml) if xml.endswith(".mjb")
+             else mujoco.MjModel.from_xml_path(xml))
     renderer = mujoco.Renderer(model, 128, 128)
 except Exception as err:
     print(f"{type(err).__name__}: {err}", file=sys.stderr)
@@ -115,14 +117,13 @@ def model() -> mujoco.MjModel:
     return scene()
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
-    """Renderer segmentation [worlds, H, W] of every case, keyed "camera:W:H"."""
-    tmp = tmp_path_factory.mktemp("camera")
-    (tmp / "scene.xml").write_text(SCENE_XML)
-    np.save(tmp / "qpos.npy", QPOS)
-    cases = [f"{c}:{w}:{h}" for c, w, h in CASES]
-    run = subprocess.run([sys.executable, "-c", _REFERENCE, str(tmp / "scene.xml"),
+def renderer_segmentation(model_file: Path, qpos: np.ndarray, cases: list[str], tmp: Path
+                          ) -> dict[str, np.ndarray]:
+    """MuJoCo Renderer's geom ids [worlds, H, W] (-1: no geom) of the model in ``model_file``
+    (.xml or .mjb) at each ``qpos`` row, per case "camera:W:H", drawn in a child process;
+    skips the test where the Renderer is unavailable."""
+    np.save(tmp / "qpos.npy", qpos)
+    run = subprocess.run([sys.executable, "-c", _REFERENCE, str(model_file),
                           str(tmp / "qpos.npy"), str(tmp / "ref.npz"), *cases],
                          capture_output=True, text=True, timeout=120)
     if run.returncode == 3:
@@ -131,6 +132,15 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]
     assert run.returncode == 0, run.stderr
     with np.load(tmp / "ref.npz") as refs:
         return {k: refs[k] for k in refs.files}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+    """Renderer segmentation [worlds, H, W] of every case, keyed "camera:W:H"."""
+    tmp = tmp_path_factory.mktemp("camera")
+    (tmp / "scene.xml").write_text(SCENE_XML)
+    return renderer_segmentation(tmp / "scene.xml", QPOS, [f"{c}:{w}:{h}" for c, w, h in CASES],
+                                 tmp)
 
 
 @pytest.mark.parametrize(("camera", "width", "height"), CASES)
@@ -263,3 +273,38 @@ def test_bad_input_errors(model: mujoco.MjModel) -> None:
     with pytest.raises(ValueError, match="is not the camera's"):
         cam.segmentation(other)
 
+
+
+@pytest.mark.parametrize("task", ["dmc/cheetah-run", "dmc/walker-walk", "dmc/quadruped-run"])
+def test_dmc_image_group_is_the_pixel_benchmarks_view(task: str, tmp_path: Path) -> None:
+    """A DMC task's ``image`` group: [N, 3, 84, 84] uint8 from the pixel benchmarks' camera
+    (the domain's first; quadruped's third, "y"), its tracking pose per world; its geom ids
+    match MuJoCo's Renderer on >= 97% of pixels of worlds in different states, and a geom
+    whose colour comes from its material is drawn in it (cheetah's torso: the "self" material,
+    not the default grey)."""
+    pytest.importorskip("dm_control")
+    from robotrl.envs import make
+
+    env = make(task, 3, seed=1, num_threads=1, observations=("policy", "image"))
+    for _ in range(30):  # the worlds move apart
+        env.step(torch.rand(3, env.spec.action_dim, generator=torch.Generator().manual_seed(_))
+                 * 2 - 1)
+    image = env.observe()["image"]
+    assert image.shape == (3, 3, 84, 84) and image.dtype == torch.uint8
+    model, camera = env.model, env.task.camera
+    name = model.camera(camera).name
+    assert (task, name) in {("dmc/cheetah-run", "side"), ("dmc/walker-walk", "side"),
+                            ("dmc/quadruped-run", "y")}
+    qpos = env.batch.qpos.copy()
+    cam = RayCamera(model, camera, 84, 84)
+    seg = cam.segmentation(_batch(model, qpos)).numpy()
+    mujoco.mj_saveModel(model, str(tmp_path / "task.mjb"))
+    ref = renderer_segmentation(tmp_path / "task.mjb", qpos, [f"{name}:84:84"], tmp_path)
+    agreement = (seg == ref[f"{name}:84:84"]).mean(axis=(1, 2))
+    assert agreement.min() >= 0.97, agreement
+    assert (seg >= 0).mean() > 0.05  # the body is in view, not only background
+    if task == "dmc/cheetah-run":
+        torso = _geom(model, "torso")
+        rgb = image.permute(0, 2, 3, 1)[cam.segmentation(env.batch) == torso]
+        r, g, b = rgb.float().mean(0).tolist()
+        assert r > g > b, (r, g, b)  # "self" is (0.7, 0.5, 0.3); the default grey is r = g = b

@@ -165,10 +165,18 @@ def randomize_joints(model: mujoco.MjModel, data: mujoco.MjData,
 
 @dataclasses.dataclass
 class DmcConfig(TaskConfig):
-    """A suite task's options: dm_control's tasks have none beyond the episode length."""
+    """A suite task's options: dm_control's tasks have none beyond the episode length; the
+    ``image`` group's size is ours."""
 
     max_episode_steps: int = 1000
     """Control steps per episode (dm_control's time limit over its control timestep)."""
+    image_size: int = 84
+    """Side of the square ``image`` observation group in pixels (the suite's pixel benchmarks,
+    DrQ and after, use 84)."""
+
+    def __post_init__(self) -> None:
+        if self.image_size < 1:
+            raise ValueError(f"image_size must be >= 1, got {self.image_size}")
 
 
 def dm_control_env(domain: str, task: str, **kwargs: Any) -> Any:
@@ -205,6 +213,9 @@ class DmcTask(MujocoTask):
     """dm_control's domain (the model is ``<domain>.xml`` in its suite)."""
     reward_terms = ("reward",)
     view = View(distance=4.0, elevation=-20.0)
+    camera = 0
+    """The ``image`` group's camera: the domain's first, as dm_control's pixel wrapper and the
+    pixel benchmarks (DrQ: camera 2 for quadruped) render."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -273,7 +284,12 @@ class DmcTask(MujocoTask):
         return torch.cat(list(self.observe_parts(sim).values()), dim=1)
 
     def observation_groups(self) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-        return {k: ((n,), torch.float32) for k, n in self.obs_shapes.items()}
+        """dm_control's keys, each a group, and ``image``: [3, image_size, image_size] uint8 from
+        ``camera`` (``robotrl.envs.camera.RayCamera``: geoms in their model colours, no
+        textures or lights beyond one directional light)."""
+        size = self.cfg.image_size
+        return {**{k: ((n,), torch.float32) for k, n in self.obs_shapes.items()},
+                "image": ((3, size, size), torch.uint8)}
 
     def observe_group(self, name: str, sim: Sim) -> torch.Tensor:
         if name not in self.obs_shapes:

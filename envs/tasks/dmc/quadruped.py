@@ -32,6 +32,7 @@ class QuadrupedWalk(DmcTask):
     ``desired_speed`` or faster (linear, 0.5 at rest)."""
 
     name = "dmc/quadruped-walk"
+    camera = 2  # "y": the pixel benchmarks' quadruped view (DrQ's camera_id 2)
     domain = "quadruped"
     xml_file = "quadruped.xml"
     frame_skip = 4  # 0.02 s control over 0.005 s physics
