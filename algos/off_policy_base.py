@@ -157,7 +157,7 @@ class OffPolicyLearner:
         self.critic_target = (copy.deepcopy(self.critic).requires_grad_(False)
                               if self.target_critics else None)
         self._learning_state(act_dim)
-        self.buffer = ReplayBuffer(cfg.buffer_size, state_dim, act_dim, dev)
+        self.buffer = self._make_buffer(state_dim, act_dim)
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.generator = torch.Generator(device=dev)
@@ -173,6 +173,11 @@ class OffPolicyLearner:
     def _networks(self, state_dim: int, act_dim: int) -> tuple[nn.Module, nn.Module]:
         """(actor, critic) for replay rows of ``state_dim`` and ``act_dim`` actions."""
         raise NotImplementedError
+
+    def _make_buffer(self, state_dim: int, act_dim: int) -> Any:
+        """The replay: a ``ReplayBuffer`` of ``buffer_size`` rows of ``state_dim`` (pixel
+        learners keep frames instead, ``robotrl.storage.frames``)."""
+        return ReplayBuffer(self.cfg.buffer_size, state_dim, act_dim, self.device)
 
     def _adam(self, params: Any, lr: float) -> torch.optim.Optimizer:
         """The optimizer of one part (actor, critics, temperature); subclasses choose Adam's

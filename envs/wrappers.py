@@ -1,4 +1,5 @@
-"""Batched env wrappers: action scaling and clipping, episode statistics.
+"""Batched env wrappers: action scaling and clipping, action chunks, frame stacks, episode
+statistics.
 
     env = RecordEpisodeStatistics(RescaleAction(make(...)))
 
@@ -238,6 +239,82 @@ class ActionChunks(Wrapper):
         if success is not None:
             info["success"] = success
         return StepOut(out.obs, reward, terminated, truncated, info)
+
+
+class FrameStack(Wrapper):
+    """The last ``k`` frames of observation group ``group`` stacked along its first axis
+    (channels), oldest first: [N, k * C, H, W] from [N, C, H, W] (pixel learners see motion).
+
+    A new episode's stack is its first frame k times, as DrQ's and the Atari wrappers' are.
+    ``info["final_obs"]`` holds each world's stack at the step's end before any auto-reset (an
+    ended episode's last k frames), ``obs`` the stack the next action is taken in. Other groups
+    pass through. ``set_state`` restarts the stacks of the worlds it sets from their frame.
+    """
+
+    def __init__(self, env: BatchedEnv, k: int, group: str = "image") -> None:
+        super().__init__(env)
+        spec = env.spec
+        if group not in spec.observations:
+            raise ValueError(f"frame stacking needs observation group {group!r}; task "
+                             f"{spec.task!r} returns {sorted(spec.observations)}")
+        inner = spec.observations[group]
+        if k < 1 or len(inner.shape) < 2:
+            raise ValueError(f"frame stacking takes k >= 1 frames of a group with a channel "
+                             f"axis; got k={k}, {group!r} of shape {inner.shape}")
+        self.k, self.group = k, group
+        self.channels = inner.shape[0]
+        shape = (k * inner.shape[0], *inner.shape[1:])
+        self._spec = dataclasses.replace(spec, observations={
+            **spec.observations, group: dataclasses.replace(inner, shape=shape)})
+        self._stack: torch.Tensor | None = None
+
+    @property
+    def spec(self) -> EnvSpec:  # type: ignore[override]
+        return self._spec
+
+    def _fresh(self, frame: torch.Tensor) -> torch.Tensor:
+        return frame.repeat(1, self.k, *[1] * (frame.dim() - 2))
+
+    def _with(self, obs: Obs, stack: torch.Tensor) -> Obs:
+        return {**obs, self.group: stack}
+
+    def reset(self, seed: int | None = None) -> Obs:
+        obs = self.env.reset(seed)
+        self._stack = self._fresh(obs[self.group])
+        return self._with(obs, self._stack)
+
+    def observe(self) -> Obs:
+        obs = self.env.observe()
+        if self._stack is None:
+            self._stack = self._fresh(obs[self.group])
+        return self._with(obs, self._stack)
+
+    def step(self, action: torch.Tensor) -> StepOut:
+        if self._stack is None:
+            self.observe()
+        assert self._stack is not None
+        out = self.env.step(action)
+        final = out.info["final_obs"]
+        ended = torch.cat([self._stack[:, self.channels:], final[self.group]], dim=1)
+        done = (out.terminated | out.truncated).reshape(-1, *[1] * (ended.dim() - 1))
+        self._stack = torch.where(done, self._fresh(out.obs[self.group]), ended)
+        info = {**out.info, "final_obs": self._with(final, ended)}
+        return StepOut(self._with(out.obs, self._stack), out.reward, out.terminated,
+                       out.truncated, info)
+
+    def own_state_dict(self) -> dict[str, Any]:
+        return {} if self._stack is None else {"stack": self._stack.clone()}
+
+    def load_own_state_dict(self, state: dict[str, Any]) -> None:
+        self._stack = state["stack"].clone() if "stack" in state else None
+
+    def set_state(self, state: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
+        self.env.set_state(state, env_ids)
+        frame = self.env.observe()[self.group]
+        if self._stack is None or env_ids is None:
+            self._stack = self._fresh(frame)
+        else:
+            self._stack[env_ids] = self._fresh(frame[env_ids])
 
 
 def finished_episodes(episodes: list[dict[str, torch.Tensor]]) -> tuple[list[float], list[int]]:

@@ -68,6 +68,7 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
     "fasttd3": AlgorithmEntry("robotrl.algos.fasttd3:FastTD3Config",
                               "robotrl.algos.fasttd3:FastTD3", "off_policy"),
     "crl": AlgorithmEntry("robotrl.algos.crl:CRLConfig", "robotrl.algos.crl:CRL", "off_policy"),
+    "drq": AlgorithmEntry("robotrl.algos.drq:DrQConfig", "robotrl.algos.drq:DrQ", "off_policy"),
     "grpo": AlgorithmEntry("robotrl.algos.grpo:GRPOConfig", "robotrl.algos.grpo:GRPO", "group"),
     **{name: AlgorithmEntry(f"robotrl.algos.offline.{module}:{cls}Config",
                             f"robotrl.algos.offline.{module}:{cls}", "offline")

@@ -48,12 +48,20 @@ def build_env(cfg: TrainConfig, num_envs: int, seed: int, train: bool = True,
         kwargs["observations"] = observations
     # the JAX backends simulate on the learner's device (zero-copy); the others on the CPU
     device = cfg.device if cfg.backend.name in ("mjx", "brax") else "cpu"
-    env = make(cfg.env.task, num_envs, backend=cfg.backend.name, device=device, seed=seed,
-               **kwargs)
+    try:
+        env = make(cfg.env.task, num_envs, backend=cfg.backend.name, device=device, seed=seed,
+                   **kwargs)
+    except ValueError as err:  # the config's: a group the task lacks, a bad option (exit 2)
+        raise ConfigError(str(err)) from None
     if token_policy and cfg.policy.chunk > 1:
         from robotrl.envs.wrappers import ActionChunks
 
         env = ActionChunks(env, cfg.policy.chunk)
+    stack = getattr(learner, "frame_stack", None)  # pixel learners: the last k images
+    if stack is not None and stack(cfg.algo) > 1:
+        from robotrl.envs.wrappers import FrameStack
+
+        env = FrameStack(env, stack(cfg.algo))
     return env
 
 
