@@ -25,10 +25,10 @@ class FrameReplay:
     returns the ``ReplayBuffer`` fields, ``obs`` and ``next_obs`` as the stacks [B, k*C, H, W]
     uint8.
 
-    Attributes (preallocated on ``device``, [steps, N, ...]): ``frame``/``next_frame`` [C, H, W]
-    uint8 (the newest frame of the observation and of the next one), ``age`` (steps since the
-    episode's first observation, as this ring saw it), ``action``, ``reward``, ``terminated``,
-    ``truncated``.
+    Attributes (on ``device``, [steps, N, ...], allocated at the first ``add``, so a learner
+    built to evaluate holds none): ``frame``/``next_frame`` [C, H, W] uint8 (the newest frame
+    of the observation and of the next one), ``age`` (steps since the episode's first
+    observation, as this ring saw it), ``action``, ``reward``, ``terminated``, ``truncated``.
     """
 
     def __init__(self, capacity: int, num_envs: int, stack_shape: tuple[int, ...], k: int,
@@ -42,24 +42,33 @@ class FrameReplay:
         self.steps = max(capacity // num_envs, k + 1)
         self.capacity = self.steps * num_envs
         self.device = dev = torch.device(device)
-        frame = (self.channels, *stack_shape[1:])
-        n, s = num_envs, self.steps
-        self.frame = torch.zeros(s, n, *frame, dtype=torch.uint8, device=dev)
-        self.next_frame = torch.zeros_like(self.frame)
-        self.age = torch.zeros(s, n, dtype=torch.long, device=dev)
-        self.action = torch.zeros(s, n, act_dim, device=dev)
-        self.reward = torch.zeros(s, n, device=dev)
-        self.terminated = torch.zeros(s, n, dtype=torch.bool, device=dev)
-        self.truncated = torch.zeros_like(self.terminated)
+        self.frame = self.next_frame = self.age = self.action = self.reward = torch.empty(0)
+        self.terminated = self.truncated = torch.empty(0, dtype=torch.bool)
+        self._allocated = False  # at the first add: a learner built to evaluate stores nothing
         self.pos = 0
         """Step slot the next add goes to."""
         self.filled = 0
         """Step slots holding data (<= steps)."""
-        self._age = torch.zeros(n, dtype=torch.long, device=dev)
+        self._age = torch.zeros(num_envs, dtype=torch.long, device=dev)
         """Each world's current observation's age."""
 
     def __len__(self) -> int:
         return self.filled * self.num_envs
+
+    def _allocate(self) -> None:
+        """The storage, [steps, N, ...] (gigabytes at DrQ's sizes)."""
+        if self._allocated:
+            return
+        dev, n, s = self.device, self.num_envs, self.steps
+        self.frame = torch.zeros(s, n, self.channels, *self.stack_shape[1:], dtype=torch.uint8,
+                                 device=dev)
+        self.next_frame = torch.zeros_like(self.frame)
+        self.age = torch.zeros(s, n, dtype=torch.long, device=dev)
+        self.action = torch.zeros(s, n, self.act_dim, device=dev)
+        self.reward = torch.zeros(s, n, device=dev)
+        self.terminated = torch.zeros(s, n, dtype=torch.bool, device=dev)
+        self.truncated = torch.zeros_like(self.terminated)
+        self._allocated = True
 
     def nbytes(self) -> int:
         return sum(getattr(self, f).nbytes for f in FIELDS)
@@ -79,6 +88,7 @@ class FrameReplay:
             if tuple(value.shape) != shape:
                 raise ValueError(f"frame replay add: {name} has shape {tuple(value.shape)}, "
                                  f"expected {shape}")
+        self._allocate()
         t, c = self.pos, self.channels
         self.frame[t] = obs[:, -c:]
         self.next_frame[t] = next_obs[:, -c:]
@@ -131,6 +141,7 @@ class FrameReplay:
             raise ValueError(f"frame replay in the checkpoint holds {state['steps']} steps, this "
                              f"config {self.steps}")
         filled = int(state["filled"])
+        self._allocate()
         for name in FIELDS:
             getattr(self, name)[:filled].copy_(state[name])
         self.pos, self.filled = int(state["pos"]), filled

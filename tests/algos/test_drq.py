@@ -192,6 +192,7 @@ def test_drq_refuses_what_it_cannot_read() -> None:
     with pytest.raises(ValueError, match="frame_stack must be >= 1"):
         DrQConfig(frame_stack=0)
     alg = _drq()
+    assert alg.buffer.nbytes() == 0  # frames are allocated by the first add, not to evaluate
     with pytest.raises(ValueError, match="acts on the 'image' observation group"):
         alg.act({"policy": torch.zeros(4, 1)})
     with pytest.raises(ValueError, match=r"built for 'image' of shape \(6, 16, 16\)"):
