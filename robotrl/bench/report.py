@@ -86,6 +86,10 @@ def summarize(grid: Grid, records: list[dict[str, Any]], reps: int = 50_000) -> 
                 cell = {"iqm": point, "seeds": len(rs), "scores": [r["final"] for r in rs],
                         "steps": min(r["steps"] for r in rs),
                         "minutes": float(np.mean([r["train_seconds"] for r in rs])) / 60}
+                if grid.also and not grid.init:  # e.g. tracking errors beside the return
+                    cell["also"] = {k: _also_estimate([r.get("also", {}).get(k) for r in rs],
+                                                      reps)
+                                    for k in grid.also}
                 threshold = grid.thresholds.get(who.split("@")[0], {}).get(target)
                 if threshold is not None and "@" not in who:
                     cell["threshold"] = threshold
@@ -119,6 +123,15 @@ def summarize(grid: Grid, records: list[dict[str, Any]], reps: int = 50_000) -> 
         section["init"] = init_summary(grid, done)
         out["budgets"][str(budget)] = section
     return out
+
+
+def _also_estimate(values: list[float | None], reps: int) -> list[float] | None:
+    """IQM over seeds [95% CI] of one ``also`` key (as the metric's), or None where a seed's
+    run did not record it."""
+    if not values or any(v is None for v in values):
+        return None
+    scores = np.array([[v] for v in values], dtype=float)
+    return list(stats.interval_estimates({"x": scores}, stats.iqm, reps=reps)["x"])
 
 
 def against_peer(grid: Grid, cells: dict[str, Any]) -> dict[str, str]:
@@ -292,6 +305,7 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
                            + (f" *{', '.join(versus)}*" if versus else ""))
             lines.append(f"| {target} | " + " | ".join(row) + " |")
         lines.append("")
+        lines += _also_markdown(grid, section["cells"], names)
         lines += _against_peer_markdown(grid, section)
         lines += _orderings_markdown(grid, section["orderings"], digits)
         if section["vs_peer"]:
@@ -332,6 +346,21 @@ def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: 
         lines += ["Missing cells:", "", *[f"- {m}" for m in summary["missing"]], ""]
     lines += [f"![{Path(f).stem}]({Path(f).parent.name}/{Path(f).name})" for f in figures]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _also_markdown(grid: Grid, cells: dict[str, Any], names: list[str]) -> list[str]:
+    """The ``also`` keys of every finished cell (IQM [95% CI]; one run: its value)."""
+    rows = [(target, who, cells[f"{target}|{who}"]) for target in grid.targets for who in names
+            if "also" in cells.get(f"{target}|{who}", {})]
+    if not rows:
+        return []
+    lines = ["| task | contestant | seeds | " + " | ".join(grid.also) + " |",
+             "|---|---|---:|" + "---:|" * len(grid.also)]
+    for target, who, cell in rows:
+        values = [("—" if (v := cell["also"][k]) is None else
+                   _ci(v, digits=3) if cell["seeds"] > 1 else f"{v[0]:.3f}") for k in grid.also]
+        lines.append(f"| {target} | {who} | {cell['seeds']} | " + " | ".join(values) + " |")
+    return [*lines, ""]
 
 
 def _against_peer_markdown(grid: Grid, section: dict[str, Any]) -> list[str]:

@@ -437,6 +437,24 @@ def test_an_algorithm_runs_at_its_own_budgets_and_the_report_has_a_section_each(
     assert "## 200 gradient updates" in text and "## 50 gradient updates" in text
 
 
+def test_the_report_gives_the_also_keys_of_every_cell(tmp_path, pendulum):
+    """``also: [lin_vel_rmse]`` on a grid without an init stage: a table of each finished
+    cell's values beside the metric's (IQM [95% CI] over seeds, a single run's value alone),
+    a dash where a run did not record the key."""
+    from robotrl.bench.report import markdown, summarize
+
+    grid = load_grid(write_grid(tmp_path, pendulum, also=["lin_vel_rmse", "falls"]))
+    records = [{"runner": ROBOTRL, "algo": c.algo, "target": c.target, "seed": c.seed,
+                "budget": c.budget, "final": 1.0, "steps": c.budget, "train_seconds": 60.0,
+                "also": {"lin_vel_rmse": 0.1 + 0.1 * c.seed, **({"falls": 0.0}
+                                                              if c.algo == "bc" else {})}}
+               for c in grid.cells() if c.algo == "bc" or c.seed == 0]
+    text = markdown(grid, summarize(grid, records, reps=100), [], [])
+    assert "| task | contestant | seeds | lin_vel_rmse | falls |" in text
+    assert re.search(r"\| bc \| 2 \| 0\.\d{3} \[0\.100, 0\.200\] \| 0\.000 \[", text)
+    assert re.search(r"\| td3bc \| 1 \| 0\.100 \| — \|", text)
+
+
 def test_a_peer_runs_only_on_the_targets_it_names(tmp_path, pendulum):
     other = tmp_path / "other-v0"
     peer = {"script": "x.py", "algos": {"bc": "BC"}}
