@@ -466,12 +466,14 @@ def figure_paths(grid: Grid, records: list[dict[str, Any]], folder: Path
                  ) -> list[tuple[int, str, Path]]:
     """(budget, x axis, PNG) of each figure of the report: curves against steps per budget, and
     against wall-clock minutes too where the grid has an ordering at equal wall clock and some
-    record's curve has its minutes."""
+    record's curve has its minutes. A budget no record has a curve at yet has none (an empty
+    figure says nothing)."""
     timed = (any(o.at == "wall_clock" for o in grid.orderings)
              and any("minutes" in r.get("curve", {}) for r in records))
     axes = ["steps"] + (["minutes"] if timed else [])
+    drawn = {r["budget"] for r in records if r.get("curve", {}).get("steps")}
     return [(b, x, folder / f"{grid.name}-{b}-{'curves' if x == 'steps' else x}.png")
-            for b in grid.all_budgets for x in axes]
+            for b in grid.all_budgets if b in drawn for x in axes]
 
 
 def figures(grid: Grid, records: list[dict[str, Any]], folder: Path) -> list[str]:

@@ -125,6 +125,22 @@ def test_an_ordering_at_equal_wall_clock_reads_each_side_at_the_faster_ones_minu
         load_grid(path)
 
 
+def test_a_budget_no_cell_has_reached_has_no_figure(tmp_path):
+    """Per-algorithm budgets (``algo_budgets``) leave a budget empty until its first cell lands:
+    the report neither draws nor links an empty figure for it."""
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "partial", "out": str(tmp_path / "b"), "algos": ["ppo", "fasttd3"],
+        "tasks": ["hopper"], "seeds": [0], "budgets": [BUDGET],
+        "algo_budgets": {"fasttd3": [500]}}))
+    grid = load_grid(path)
+    records = [{**r, "curve": {"steps": [500, 1000], "score": [1.0, 2.0]}}
+               for r in cells("robotrl", "ppo", "hopper", [2.0])]
+    assert [b for b, _, _ in figure_paths(grid, records, tmp_path)] == [BUDGET]
+    text, _ = report(grid, records, with_figures=False, reps=200)
+    assert "partial-1000-curves.png" in text and "partial-500-curves.png" not in text
+
+
 def test_the_figure_marks_each_threshold_and_names_every_contestant(tmp_path, monkeypatch):
     """The report's curves show each algorithm's threshold on a task as a dashed line in its
     colour, and one legend names every contestant of every panel (a peer run beside only one
