@@ -111,7 +111,10 @@ class RawRollout:
         self.data = [mujoco.MjData(model) for _ in range(max(nthread, 1))]
         self.models = [model] * n
         self.nstep = fs * ROLLOUT_CHUNK
-        self.initial = np.ascontiguousarray(ours.reset_state)
+        # mujoco.rollout takes mjSTATE_FULLPHYSICS; ours' state appends USERDATA last (a
+        # task's episode variables: the robots' commands), which the physics never reads
+        physics = mujoco.mj_stateSize(model, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+        self.initial = np.ascontiguousarray(ours.reset_state[:, :physics])
         acts = action_pool(n, model.nu).astype(np.float64).transpose(1, 0, 2)  # [n, POOL, nu]
         self.controls = [  # [n, nstep, nu]: each control step's action held for fs substeps
             np.ascontiguousarray(np.repeat(acts[:, k:k + ROLLOUT_CHUNK], fs, axis=1))
