@@ -124,7 +124,8 @@ def build_metadata(
 
     if spec.task in list_tasks():
         reference = f"{task_class(spec.task).gym_id} observation"
-        controller = task_class(spec.task).controller_metadata()
+        options = (config.get("env") or {}).get("options") or {}
+        controller = task_class(spec.task).controller_metadata(dict(options))
     return {
         "metadata_version": METADATA_VERSION,
         "task": spec.task,

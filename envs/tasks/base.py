@@ -171,10 +171,11 @@ class MujocoTask(ABC):
         """Velocity indices of the root body's joints (free: 6, ball: 3, slide/hinge: 1)."""
 
     @classmethod
-    def controller_metadata(cls) -> dict[str, Any]:
+    def controller_metadata(cls, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """What a controller running an exported policy of this task needs beyond the
         observation and action layout (a robot's joints, default pose, action scale and servo
-        gains), as JSON-ready values; empty for tasks whose action is the control."""
+        gains), as JSON-ready values, for the task built with ``options`` (the training
+        config's ``env.options``); empty for tasks whose action is the control."""
         return {}
 
     @property

@@ -12,8 +12,10 @@ once for any robot of ``robotrl.envs.robots`` (the robot is configuration: ``Go1
   ``command_grid`` every world ``i`` holds ``command_grid[i % len]`` (the evaluation grid).
 * **Observation** ``policy`` (what the robot measures): projected gravity (3), body angular
   velocity (3), command (3), joint angles relative to the default pose (nu), joint velocities
-  (nu), last action (nu). ``obs_noise_scale`` gives each part its own noise (std), which the
-  randomization's ``obs_noise`` multiplies (``randomization=legged`` sets it to 1).
+  (nu), last action (nu); with ``observe_lin_vel`` the body's linear velocity (3) first, as
+  mjlab's, legged_gym's and MuJoCo Playground's actors read it (on a robot, a state estimator's).
+  ``obs_noise_scale`` gives each part its own noise (std), which the randomization's
+  ``obs_noise`` multiplies (``randomization=legged`` sets it to 1).
 * **Observation** ``privileged`` (for an asymmetric critic): body linear velocity (3), foot
   contact forces (one per foot, N), the policy observation without noise or encoder bias; the
   backend appends every body's mass and every geom's friction as simulated.
@@ -119,6 +121,12 @@ class VelocityConfig(TaskConfig):
     """The episode ends when the body tilts more than this (degrees) from upright."""
     terrain_init_level: int = 3
     """Rough-ground tasks: worlds start at a level drawn from 0..this (``envs/terrain.py``)."""
+    observe_lin_vel: bool = False
+    """Put the body's linear velocity (body frame, m/s) first in the policy observation, as the
+    field's velocity tasks do (mjlab, legged_gym, MuJoCo Playground); False: the critic alone
+    sees it (``privileged``), the issue's robot that measures only its IMU and joints."""
+    noise_lin_vel: float = 0.29
+    """Observation noise std of body linear velocity (m/s; mjlab's uniform +-0.5)."""
     noise_gravity: float = 0.03
     """Observation noise std of projected gravity (mjlab's uniform +-0.05, same variance)."""
     noise_ang_vel: float = 0.12
@@ -154,10 +162,11 @@ class VelocityTask(MujocoTask):
         return robot_description(cls.robot)
 
     @classmethod
-    def controller_metadata(cls) -> dict[str, Any]:
+    def controller_metadata(cls, options: dict[str, Any] | None = None) -> dict[str, Any]:
         desc = cls.description()
         nu = len(desc.joints)
-        parts = [("projected_gravity", 3), ("body_angular_velocity", 3), ("command", 3),
+        first = [("body_linear_velocity", 3)] if (options or {}).get("observe_lin_vel") else []
+        parts = [*first, ("projected_gravity", 3), ("body_angular_velocity", 3), ("command", 3),
                  ("joint_pos_minus_default", nu), ("joint_vel", nu), ("last_action", nu)]
         layout, offset = [], 0
         for name, size in parts:
@@ -217,7 +226,9 @@ class VelocityTask(MujocoTask):
         self.init_qpos[self.qpos_ids] = self.default
         self.cos_fall = math.cos(math.radians(cfg.fall_angle))
         self.grid = torch.tensor(cfg.command_grid, dtype=f64).reshape(-1, 3)
-        self._noise = torch.cat([torch.full((3,), cfg.noise_gravity, dtype=f64),
+        self._noise = torch.cat([torch.full((3 if cfg.observe_lin_vel else 0,),
+                                            cfg.noise_lin_vel, dtype=f64),
+                                 torch.full((3,), cfg.noise_gravity, dtype=f64),
                                  torch.full((3,), cfg.noise_ang_vel, dtype=f64),
                                  torch.zeros(3, dtype=f64),
                                  torch.full((nu,), cfg.noise_joint_pos, dtype=f64),
@@ -227,7 +238,7 @@ class VelocityTask(MujocoTask):
     # ------------------------------------------------------------------ shapes
     @property
     def obs_dim(self) -> int:
-        return 9 + 3 * len(self.desc.joints)
+        return (12 if self.cfg.observe_lin_vel else 9) + 3 * len(self.desc.joints)
 
     @property
     def privileged_dim(self) -> int:
@@ -352,7 +363,8 @@ class VelocityTask(MujocoTask):
         q = sim.qpos[:, self.qpos_ids] - self.default
         if bias:
             q = q + ud[:, self._bias]
-        return torch.cat([self.gravity(sim), self.ang_vel(sim), self.commands(sim), q,
+        first = [self.lin_vel(sim)] if self.cfg.observe_lin_vel else []
+        return torch.cat([*first, self.gravity(sim), self.ang_vel(sim), self.commands(sim), q,
                           sim.qvel[:, self.dof_ids], ud[:, self._last]], dim=1)
 
     def observe(self, sim: Sim) -> torch.Tensor:

@@ -75,6 +75,38 @@ def test_observation_groups_and_layout() -> None:
     assert torch.allclose(gravity.norm(dim=1), torch.ones(3, dtype=torch.float64), atol=1e-5)
 
 
+def test_observing_linear_velocity_puts_it_first_with_its_noise() -> None:
+    """``observe_lin_vel`` (the field's actors read the body's linear velocity): three columns
+    first in the policy observation, their own noise, and the exported controller's layout
+    says so; off, the layout is as it was."""
+    from robotrl.nn.actor import DeterministicActor
+    from robotrl.sim2real.export import build_metadata
+
+    env = _go1(3, observe_lin_vel=True)
+    obs = env.reset(seed=1)
+    env.step(torch.zeros(3, 12))
+    obs = env.observe()
+    task, sim = env.task, env.sim
+    assert obs["policy"].shape == (3, 12 + 36)
+    policy = obs["policy"].double()
+    assert torch.allclose(policy[:, 0:3], task.lin_vel(sim), atol=1e-5)
+    assert float(task.lin_vel(sim).abs().max()) > 1e-3  # a moving body, not zeros
+    assert torch.allclose(policy[:, 3:6], task.gravity(sim), atol=1e-6)
+    assert torch.allclose(policy[:, 9:12], task.commands(sim), atol=1e-6)
+    noise = task.obs_noise_scale()
+    assert noise.shape == (48,) and noise[:3].tolist() == [0.29] * 3
+    assert noise[3:].tolist() == _go1(1).task.obs_noise_scale().tolist()
+    assert env.spec.observations["privileged"].shape[0] == (
+        3 + 4 + 48 + env.model.nbody + env.model.ngeom)
+    actor = DeterministicActor(torch.nn.Linear(48, 12), 48, -torch.ones(12), torch.ones(12))
+    meta = build_metadata(actor, env.spec, {"env": {"options": {"observe_lin_vel": True}}})
+    parts = meta["controller"]["observation_parts"]
+    assert parts[0] == {"name": "body_linear_velocity", "offset": 0, "size": 3}
+    assert parts[-1] == {"name": "last_action", "offset": 36, "size": 12}
+    assert sum(p["size"] for p in parts) == 48
+    assert type(task).controller_metadata()["observation_parts"][0]["name"] == "projected_gravity"
+
+
 def test_commands_are_drawn_in_range_and_resampled() -> None:
     env = _go1(64, resample_seconds=(0.1, 0.1), standing_fraction=0.25)
     first = env.task.commands(env.sim).clone()
