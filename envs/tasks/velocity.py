@@ -162,12 +162,18 @@ class VelocityTask(MujocoTask):
         return robot_description(cls.robot)
 
     @classmethod
+    def observation_parts(cls, observe_lin_vel: bool) -> list[tuple[str, int]]:
+        """(name, size) of each part of the policy observation, in order: the one layout that
+        ``obs_dim``, the noise model and an exported controller's metadata read."""
+        nu = len(cls.description().joints)
+        first = [("body_linear_velocity", 3)] if observe_lin_vel else []
+        return [*first, ("projected_gravity", 3), ("body_angular_velocity", 3), ("command", 3),
+                ("joint_pos_minus_default", nu), ("joint_vel", nu), ("last_action", nu)]
+
+    @classmethod
     def controller_metadata(cls, options: dict[str, Any] | None = None) -> dict[str, Any]:
         desc = cls.description()
-        nu = len(desc.joints)
-        first = [("body_linear_velocity", 3)] if (options or {}).get("observe_lin_vel") else []
-        parts = [*first, ("projected_gravity", 3), ("body_angular_velocity", 3), ("command", 3),
-                 ("joint_pos_minus_default", nu), ("joint_vel", nu), ("last_action", nu)]
+        parts = cls.observation_parts(bool((options or {}).get("observe_lin_vel")))
         layout, offset = [], 0
         for name, size in parts:
             layout.append({"name": name, "offset": offset, "size": size})
@@ -226,19 +232,18 @@ class VelocityTask(MujocoTask):
         self.init_qpos[self.qpos_ids] = self.default
         self.cos_fall = math.cos(math.radians(cfg.fall_angle))
         self.grid = torch.tensor(cfg.command_grid, dtype=f64).reshape(-1, 3)
-        self._noise = torch.cat([torch.full((3 if cfg.observe_lin_vel else 0,),
-                                            cfg.noise_lin_vel, dtype=f64),
-                                 torch.full((3,), cfg.noise_gravity, dtype=f64),
-                                 torch.full((3,), cfg.noise_ang_vel, dtype=f64),
-                                 torch.zeros(3, dtype=f64),
-                                 torch.full((nu,), cfg.noise_joint_pos, dtype=f64),
-                                 torch.full((nu,), cfg.noise_joint_vel, dtype=f64),
-                                 torch.zeros(nu, dtype=f64)])
+        self._parts = self.observation_parts(cfg.observe_lin_vel)
+        std = {"body_linear_velocity": cfg.noise_lin_vel, "projected_gravity": cfg.noise_gravity,
+               "body_angular_velocity": cfg.noise_ang_vel, "command": 0.0,
+               "joint_pos_minus_default": cfg.noise_joint_pos, "joint_vel": cfg.noise_joint_vel,
+               "last_action": 0.0}  # commands and the last action are exact
+        self._noise = torch.cat([torch.full((size,), std[name], dtype=f64)
+                                 for name, size in self._parts])
 
     # ------------------------------------------------------------------ shapes
     @property
     def obs_dim(self) -> int:
-        return (12 if self.cfg.observe_lin_vel else 9) + 3 * len(self.desc.joints)
+        return sum(size for _, size in self._parts)
 
     @property
     def privileged_dim(self) -> int:

@@ -83,7 +83,7 @@ def test_observing_linear_velocity_puts_it_first_with_its_noise() -> None:
     from robotrl.sim2real.export import build_metadata
 
     env = _go1(3, observe_lin_vel=True)
-    obs = env.reset(seed=1)
+    env.reset(seed=1)
     env.step(torch.zeros(3, 12))
     obs = env.observe()
     task, sim = env.task, env.sim
