@@ -156,6 +156,21 @@ def test_reward_terms_by_hand() -> None:
     assert torch.allclose(out.reward, sum(out.info["reward_terms"].values()), atol=1e-6)
 
 
+def test_yaw_tracking_has_its_own_sigma() -> None:
+    """tracking_sigma_yaw widens the yaw term alone (mjlab's 0.5 against 0.25 for linear)."""
+    grid = ((0.6, -0.2, 0.4),)
+    same, wide = _go1(2, command_grid=grid), _go1(2, command_grid=grid, tracking_sigma_yaw=0.5)
+    a, b = same.step(torch.zeros(2, 12)), wide.step(torch.zeros(2, 12))
+    err = (0.4 - wide.sim.qvel[:, 5]).square()
+    cfg = wide.task.cfg
+    yaw = cfg.tracking_ang_vel * wide.task.dt * torch.exp(-err / 0.5)
+    assert torch.allclose(b.info["reward_terms"]["tracking_ang_vel"].double(), yaw, rtol=1e-5)
+    assert torch.equal(a.info["reward_terms"]["tracking_lin_vel"],
+                       b.info["reward_terms"]["tracking_lin_vel"])
+    assert (b.info["reward_terms"]["tracking_ang_vel"]
+            > a.info["reward_terms"]["tracking_ang_vel"]).all()
+
+
 def test_upside_down_terminates() -> None:
     env = _go1(2)
     state = env.get_state()
