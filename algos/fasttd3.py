@@ -18,8 +18,8 @@ different scales at once). Replay, runner, checkpoints and export are the off-po
     metrics = td3.update(progress)
 
 n-step returns (``num_steps``, the reference's ``num_steps``) follow each world through the
-replay (``ReplayBuffer.n_step``). Left out of the reference recipe: bf16 autocast,
-torch.compile/CUDA graphs, reward normalization, SimbaV2 networks (levers of GPU runs; see
+replay (``ReplayBuffer.n_step``); ``precision=bf16`` runs the updates under bfloat16 autocast
+as the reference's ``amp`` does. Left out of the reference recipe: torch.compile/CUDA graphs, reward normalization, SimbaV2 networks (levers of GPU runs; see
 benchmarks/README.md), the cosine learning-rate schedule (constant here). Observations are normalized by the project's
 ``RunningNormalizer`` ((x - mean) / sqrt(var + 1e-8), clipped at +-10), where the reference
 divides by std + 0.01 without a clip. The update itself is the reference's, checked against a
@@ -140,8 +140,11 @@ def categorical_projection(probs: torch.Tensor, reward: torch.Tensor, discount: 
 
 
 def expected_value(probs: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
-    """The mean E[Z], shape ``[...]``, of categorical probabilities ``[..., K]`` on ``support`` ``[K]``."""
-    return probs @ support
+    """The mean E[Z], shape ``[...]``, of categorical probabilities ``[..., K]`` on ``support``
+    ``[K]``, in their dtype (under ``precision=bf16`` too: the clipped double target picks its
+    member by these means and the actor climbs them)."""
+    with torch.autocast(probs.device.type, enabled=False):
+        return probs @ support
 
 
 def clipped_double_target(projected: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
@@ -300,6 +303,12 @@ class FastTD3(OffPolicyLearner):
         self._polyak()
         return metrics
 
+    def _logits(self, critic: EnsembleQ, state: torch.Tensor, action: torch.Tensor
+                ) -> torch.Tensor:
+        """[E, B, K] logits in the atoms' dtype: under ``precision=bf16`` the atoms' layer
+        multiplies in bfloat16, and the softmax, the projection and the loss run in float32."""
+        return critic(state, action).to(self.support.dtype)
+
     def _critic_update(self, state: torch.Tensor, action: torch.Tensor, reward: torch.Tensor,
                        discount: torch.Tensor, next_state: torch.Tensor
                        ) -> dict[str, torch.Tensor]:
@@ -311,10 +320,11 @@ class FastTD3(OffPolicyLearner):
             noise = torch.randn(next_mean.shape, generator=self.generator, device=self.device)
             noise = (noise * cfg.policy_noise).clamp(-cfg.noise_clip, cfg.noise_clip)
             next_action = (next_mean + noise).clamp(-1.0, 1.0)
-            next_probs = self.critic_target(next_state, next_action).softmax(-1)
+            next_probs = self._logits(self.critic_target, next_state, next_action).softmax(-1)
             projected = categorical_projection(next_probs, reward, discount, self.support)
             target = clipped_double_target(projected, self.support)
-        loss, metrics = distributional_critic_loss(self.critic(state, action), target)
+        loss, metrics = distributional_critic_loss(self._logits(self.critic, state, action),
+                                                   target)
         # no host sync per update: update() checks the critic columns once per call
         metrics[self.critic_step.metric] = self.critic_step(loss, check=False)
         return metrics
@@ -323,7 +333,7 @@ class FastTD3(OffPolicyLearner):
         # frozen critic: the actor's backward pass skips the critics' weight gradients
         self.critic.requires_grad_(False)
         action = self._policy(self._actor_input(state))
-        q = expected_value(self.critic(state, action).softmax(-1), self.support)
+        q = expected_value(self._logits(self.critic, state, action).softmax(-1), self.support)
         loss, metrics = deterministic_actor_loss(q)
         metrics[self.actor_step.metric] = self.actor_step(loss, check=False)
         self.critic.requires_grad_(True)

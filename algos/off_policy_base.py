@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from robotrl.nn.linear import PRECISIONS, check_precision, precision_autocast
 from robotrl.nn.mlp import ACTIVATIONS
 from robotrl.optim import GradientStep, adam, run_owed_updates
 from robotrl.storage.replay import ReplayBuffer
@@ -71,6 +72,12 @@ class OffPolicyConfig:
     critic_obs: tuple[str, ...] = ("policy",)
     """Observation groups the critics see, concatenated in order, ``policy`` first;
     ``[policy, privileged]`` makes an asymmetric actor-critic (the actor sees ``policy``)."""
+    precision: str = "float32"
+    """float32, or bf16: each gradient update runs under autocast to bfloat16 (hidden layers'
+    products in bfloat16; heads of at most ``robotrl.nn.linear.HEAD_MAX_OUT`` outputs,
+    parameters, gradients and Adam's state in float32), as FastTD3's reference trains (its
+    ``amp`` with bfloat16); acting and evaluation stay float32. Refused on a CPU without
+    bfloat16 products (``robotrl.nn.linear.check_precision``)."""
 
     def __post_init__(self) -> None:
         self.actor_hidden = tuple(int(w) for w in self.actor_hidden)
@@ -89,6 +96,9 @@ class OffPolicyConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.num_critics < 1:
             raise ValueError(f"num_critics must be >= 1, got {self.num_critics}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; known: "
+                             f"{', '.join(PRECISIONS)}")
         if self.utd_ratio <= 0:
             raise ValueError(f"utd_ratio must be > 0, got {self.utd_ratio}")
         if not 0.0 < self.tau <= 1.0:
@@ -134,6 +144,7 @@ class OffPolicyLearner:
         fixes it); ``group_dims`` the widths of ``cfg.critic_obs`` groups after ``policy``."""
         self.cfg = cfg = cfg if cfg is not None else self.config_class()
         self.device = dev = torch.device(device)
+        check_precision(dev, cfg.precision)
         self.num_envs = num_envs
         low = torch.as_tensor(action_low, dtype=torch.float32).to(dev)
         high = torch.as_tensor(action_high, dtype=torch.float32).to(dev)
@@ -200,7 +211,8 @@ class OffPolicyLearner:
 
     def _metric_row(self) -> torch.Tensor:
         """``_update_once`` as one row [K] of ``metric_keys``, NaN where it skipped a key."""
-        metrics = self._update_once()
+        with precision_autocast(self.device, self.cfg.precision):
+            metrics = self._update_once()
         nan = torch.full((), math.nan, device=self.device)
         return torch.stack([metrics.get(key, nan) for key in self.metric_keys])
 

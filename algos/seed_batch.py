@@ -377,8 +377,7 @@ class SeedBatch:
         st = self._gather(seeds)
         gens = [lr.generator for lr in ls]
         gen_states = [g.get_state() for g in gens]  # restored for seeds stopped in this call
-        # OfflineConfig.precision; the online learners' configs have none
-        with precision_autocast(self.device, getattr(self.cfg, "precision", "float32")):
+        with precision_autocast(self.device, self.cfg.precision):
             rows = self._run(st, gens, start, n)  # [U, S, K]
         checked = [self.METRIC_KEYS.index(k) for k in self.CHECKED]
         values = rows[:, :, checked]  # [U, S, C]

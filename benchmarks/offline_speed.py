@@ -54,11 +54,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from common import machine_meta  # noqa: E402
 
-from robotrl.algos.offline.base import PRECISIONS  # noqa: E402
 from robotrl.checkpoint import atomic_open  # noqa: E402
 from robotrl.data import Dataset, DatasetCard, load_dataset  # noqa: E402
 from robotrl.nn.heap import MMAP_THRESHOLD, TRIM_THRESHOLD, keep_freed_memory  # noqa: E402
-from robotrl.nn.linear import check_precision  # noqa: E402
+from robotrl.nn.linear import PRECISIONS, check_precision  # noqa: E402
 from robotrl.registry import algorithm  # noqa: E402
 
 ALGOS = ("bc", "td3bc", "iql", "cql", "awac")

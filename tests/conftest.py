@@ -289,6 +289,15 @@ def learn_point(name: str, seed: int = 0, iterations: int | None = None,
 
 
 @pytest.fixture
+def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This CPU reads as one with bfloat16 products (``check_precision`` lets bf16 run): the
+    bf16 tests check behaviour, which emulated products give too, only slower."""
+    from robotrl.nn import linear
+
+    monkeypatch.setattr(linear, "cpu_fields", lambda: {"flags": "avx2 avx512f avx512_bf16"})
+
+
+@pytest.fixture
 def point_learner() -> Callable[..., PointRun]:
     """``learn_point``: ``run = point_learner("sac")``, then ``run.before``, ``run.after``."""
     return learn_point

@@ -24,7 +24,7 @@ from torch import nn
 
 from robotrl.data.dataset import Dataset
 from robotrl.nn.actor import DeterministicActor
-from robotrl.nn.linear import check_precision, precision_autocast
+from robotrl.nn.linear import PRECISIONS, check_precision, precision_autocast
 from robotrl.nn.mlp import ACTIVATIONS, mlp
 from robotrl.nn.normalizer import RunningNormalizer
 from robotrl.optim import GradientStep, summarize_updates
@@ -79,10 +79,6 @@ class OfflineConfig:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
-
-
-PRECISIONS = ("float32", "bf16")
-"""Values of ``OfflineConfig.precision``."""
 
 
 def check_choice(name: str, value: str, known: tuple[str, ...]) -> None:

@@ -66,9 +66,13 @@ parameters' dtype: the values a loss reads are accumulated and stored in float32
 thin products are too small to gain from bfloat16."""
 
 
+PRECISIONS = ("float32", "bf16")
+"""Values of the learners' ``precision`` (``OfflineConfig``, ``OffPolicyConfig``)."""
+
+
 def precision_autocast(device: torch.device, precision: str) -> torch.autocast:
     """The autocast an update runs under: to bfloat16 for ``precision`` ``"bf16"``
-    (``OfflineConfig.precision``), else disabled."""
+    (``OfflineConfig.precision``, ``OffPolicyConfig.precision``), else disabled."""
     return torch.autocast(device.type, torch.bfloat16, enabled=precision == "bf16")
 
 

@@ -176,6 +176,41 @@ def test_n_step_targets_come_from_the_replays_n_step_transitions(
         FastTD3Config(num_steps=0)
 
 
+@pytest.mark.usefixtures("bf16_cpu")
+def test_bf16_updates_run_under_autocast_and_keep_float32_state() -> None:
+    """``precision=bf16`` (the reference's amp): the same data and draws give other updates than
+    float32 (autocast is on), the parameters, their gradients and AdamW's moments stay float32,
+    and the means the target and the actor read are float32."""
+    metrics = {}
+    for precision in ("float32", "bf16"):
+        # 51 atoms: more than HEAD_MAX_OUT, so the atoms' layer itself runs in bfloat16
+        alg = _learner(utd_ratio=0.5, precision=precision, critic_hidden=(32, 32),
+                       num_atoms=51)
+        for _ in range(4):
+            _step(alg, torch.zeros(6, dtype=torch.bool))
+        metrics[precision] = alg.update()
+        params = [*alg.actor.parameters(), *alg.critic.parameters()]
+        assert all(p.dtype == torch.float32 for p in params)
+        assert all(p.grad is None or p.grad.dtype == torch.float32 for p in params)
+        for opt in (alg.actor_opt, alg.critic_opt):
+            for state in opt.state.values():
+                assert all(v.dtype == torch.float32 for v in state.values() if v.dim())
+    assert math.isfinite(metrics["bf16"]["loss/critic"])
+    assert metrics["bf16"]["loss/critic"] != metrics["float32"]["loss/critic"]
+    with torch.autocast("cpu", torch.bfloat16):
+        probs = torch.rand(4, 11).softmax(-1)
+        assert expected_value(probs, torch.linspace(-1, 1, 11)).dtype == torch.float32
+    with pytest.raises(ValueError, match="precision 'fp16'; known: float32, bf16"):
+        FastTD3Config(precision="fp16")
+
+
+@pytest.mark.usefixtures("bf16_cpu")
+def test_learns_point_env_in_bf16(point_learner: Callable[..., Any]) -> None:
+    """The point check of ``test_learns_point_env`` under ``precision=bf16``."""
+    run = point_learner("fasttd3", precision="bf16")
+    assert run.after > 16.0, f"return {run.after:.2f} (before: {run.before:.2f})"
+
+
 def test_asymmetric_critic_exports_the_policy_columns_only() -> None:
     cfg = FastTD3Config(actor_hidden=(8,), critic_hidden=(8,), batch_size=4, learning_starts=0,
                         critic_obs=("policy", "privileged"))

@@ -131,15 +131,6 @@ def test_update_lowers_the_loss(name: str) -> None:
     assert history[-1][key] < history[0][key], [round(m[key], 4) for m in history]
 
 
-@pytest.fixture
-def bf16_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This CPU reads as one with bfloat16 products (``check_precision`` lets bf16 run): the
-    bf16 tests check behaviour, which emulated products give too, only slower."""
-    from robotrl.nn import linear
-
-    monkeypatch.setattr(linear, "cpu_fields", lambda: {"flags": "avx2 avx512f avx512_bf16"})
-
-
 @pytest.mark.parametrize("name", ["td3bc", "iql", "cql"])
 @pytest.mark.usefixtures("bf16_cpu")
 def test_bf16_updates_learn_and_keep_float32_state(name: str) -> None:
