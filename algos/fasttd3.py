@@ -19,8 +19,9 @@ different scales at once). Replay, runner, checkpoints and export are the off-po
 
 n-step returns (``num_steps``, the reference's ``num_steps``) follow each world through the
 replay (``ReplayBuffer.n_step``); ``precision=bf16`` runs the updates under bfloat16 autocast
-as the reference's ``amp`` does. Left out of the reference recipe: torch.compile/CUDA graphs, reward normalization, SimbaV2 networks (levers of GPU runs; see
-benchmarks/README.md), the cosine learning-rate schedule (constant here). Observations are normalized by the project's
+as the reference's ``amp`` does. Left out of the reference recipe: torch.compile/CUDA graphs,
+reward normalization, SimbaV2 networks (levers of GPU runs; see benchmarks/README.md), the
+cosine learning-rate schedule (constant here). Observations are normalized by the project's
 ``RunningNormalizer`` ((x - mean) / sqrt(var + 1e-8), clipped at +-10), where the reference
 divides by std + 0.01 without a clip. The update itself is the reference's, checked against a
 float64 re-derivation of it (tests/reference/test_sb3.py).
