@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from robotrl.bench.grid import FAMILIES, ROBOTRL, Grid
+from robotrl.bench.report import plural
 
 PASS, MISS = "✓", "✗"
 
@@ -66,10 +67,6 @@ def grid_rows(grid: Grid, section: dict[str, Any]) -> tuple[list[list[str]], int
     return rows, judged, passed
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def overview(grids: list[tuple[Grid, dict[str, Any], str, list[str]]]) -> str:
     """The overview page in Markdown: ``grids`` (each with its summary, ``report.report``'s, its
     page's address and its figures' addresses) under their families' headings, in ``FAMILIES``
@@ -94,7 +91,7 @@ def overview(grids: list[tuple[Grid, dict[str, Any], str, list[str]]]) -> str:
             rows, judged, passed = grid_rows(grid, section) if section else ([], 0, 0)
             budget = max(grid.all_budgets)
             unit = "updates" if grid.offline else "steps"
-            seeds = _plural(len(grid.seeds), "seed")
+            seeds = plural(len(grid.seeds), "seed")
             score = f"; {passed} of {judged} ✓" if judged else ""
             found = [o for o in (section or {}).get("orderings", []) if o["runner"] == ROBOTRL]
             if found:

@@ -272,13 +272,18 @@ def _ci(v: tuple[float, float, float] | list[float], scale: float = 1.0, digits:
     return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
+def plural(n: int, word: str) -> str:
+    """``1 seed``, ``3 seeds``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def markdown(grid: Grid, summary: dict[str, Any], machines: list[str], figures: list[str]
              ) -> str:
     names = contestants(grid)
     kind = "datasets" if grid.offline else "tasks"
     digits = 3 if grid.metric.endswith("success") else 1  # a rate, or a return / a score
-    lines = [f"# {grid.name}: {len(grid.algos)} algorithms x {len(grid.targets)} {kind} x "
-             f"{len(grid.seeds)} seeds", "",
+    lines = [f"# {grid.name}: {plural(len(grid.algos), 'algorithm')} x "
+             f"{plural(len(grid.targets), kind[:-1])} x {plural(len(grid.seeds), 'seed')}", "",
              f"Metric: final evaluation's `{grid.metric}` (deterministic policy). Cells: IQM "
              "over seeds [stratified-bootstrap 95% CI] (n seeds; n=1 is a single run, no "
              "interval), mean wall clock per run. Machine: " + ("; ".join(machines) or "unknown")
