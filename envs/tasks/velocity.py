@@ -8,8 +8,7 @@ once for any robot of ``robotrl.envs.robots`` (the robot is configuration: ``Go1
   action`` (minus the world's encoder bias, see below), with actions clipped to
   ``[-action_limit, action_limit]``.
 * **Commands**: (vx, vy) in m/s in the body frame and a yaw rate in rad/s, drawn uniformly from
-  the config's ranges every 3-8 s; a ``standing_fraction`` of draws are zero, a
-  ``turning_fraction`` turn in place (linear part zero). With
+  the config's ranges every 3-8 s; a ``standing_fraction`` of draws are zero. With
   ``command_grid`` every world ``i`` holds ``command_grid[i % len]`` (the evaluation grid).
 * **Observation** ``policy`` (what the robot measures): projected gravity (3), body angular
   velocity (3), command (3), joint angles relative to the default pose (nu), joint velocities
@@ -73,11 +72,6 @@ class VelocityConfig(TaskConfig):
     """Seconds between command draws, uniform in this range (mjlab's)."""
     standing_fraction: float = 0.1
     """Fraction of command draws that are zero (stand still)."""
-    turning_fraction: float = 0.0
-    """Fraction of command draws whose linear part is zeroed: turn in place at the drawn yaw
-    rate (a standing draw stays zero). With independent draws a command under 0.1 m/s of
-    linear velocity is about 1.6% of them (the default ranges), and the G1 learned to stand
-    when told only to turn; 0 draws nothing extra, so the random stream is unchanged."""
     command_grid: tuple[tuple[float, float, float], ...] = ()
     """Fixed commands: world i always holds ``command_grid[i % len]`` (evaluation); empty:
     random draws."""
@@ -305,17 +299,13 @@ class VelocityTask(MujocoTask):
         return {"terrain_level": self.curriculum.ensure(sim.num_envs).double()}
 
     def _draw_commands(self, n: int, gen: torch.Generator) -> torch.Tensor:
-        """[n, 3] commands from the ranges, a ``standing_fraction`` of them zero and a
-        ``turning_fraction`` of them turning in place."""
+        """[n, 3] commands from the ranges, a ``standing_fraction`` of them zero."""
         lo = torch.tensor([self.cfg.command_x[0], self.cfg.command_y[0], self.cfg.command_yaw[0]],
                           dtype=torch.float64)
         hi = torch.tensor([self.cfg.command_x[1], self.cfg.command_y[1], self.cfg.command_yaw[1]],
                           dtype=torch.float64)
         cmd = lo + (hi - lo) * torch.rand(n, 3, generator=gen, dtype=torch.float64)
         stand = torch.rand(n, generator=gen, dtype=torch.float64) < self.cfg.standing_fraction
-        if self.cfg.turning_fraction > 0:
-            turn = torch.rand(n, generator=gen, dtype=torch.float64) < self.cfg.turning_fraction
-            cmd[:, :2] = cmd[:, :2].masked_fill(turn[:, None], 0.0)
         return cmd.masked_fill(stand[:, None], 0.0)
 
     def _draw_timers(self, n: int, gen: torch.Generator) -> torch.Tensor:

@@ -122,16 +122,6 @@ def test_commands_are_drawn_in_range_and_resampled() -> None:
     assert not bool(torch.isclose(now, first).all(1)[~redrawn_standing].any())
 
 
-def test_turning_fraction_draws_turns_in_place() -> None:
-    env = _go1(400, turning_fraction=0.5, standing_fraction=0.0)
-    cmd = env.task.commands(env.sim)
-    in_place = (cmd[:, :2] == 0).all(1)
-    assert 0.4 < float(in_place.float().mean()) < 0.6
-    assert bool((cmd[in_place, 2] != 0).all())  # they turn at the drawn yaw rate
-    plain = _go1(400, standing_fraction=0.0)
-    assert not bool((plain.task.commands(plain.sim)[:, :2] == 0).all(1).any())
-
-
 def test_command_grid_pins_each_world() -> None:
     env = _go1(len(COMMAND_GRID) + 1, command_grid=COMMAND_GRID, resample_seconds=(0.02, 0.02))
     for _ in range(3):
