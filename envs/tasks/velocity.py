@@ -116,10 +116,6 @@ class VelocityConfig(TaskConfig):
     """Weight of (air time - ``air_time_threshold``) at each touchdown, while commanded to move."""
     air_time_threshold: float = 0.2
     """Swing time (s) a touchdown must exceed to be rewarded."""
-    air_time_on_turns: bool = False
-    """Which commands count as moving for ``feet_air_time``: False, |(vx, vy)| > 0.1
-    (legged_gym's), so a command only to turn pays nothing for stepping; True, |(vx, vy)| +
-    |yaw| > 0.1, as every command gate of mjlab's velocity tasks."""
     only_positive_rewards: bool = False
     """Clip each step's total reward at 0 (legged_gym's ``only_positive_rewards``, MuJoCo
     Playground's clip): early on, penalties outweigh tracking and ending the episode would pay;
@@ -403,10 +399,7 @@ class VelocityTask(MujocoTask):
         feet_v = (sim.site_xpos[:, self.site_ids, :2] - feet_before[..., :2]) / dt
         air = sim.userdata[:, self._air] + dt
         touchdown = contact & (air > dt * 1.5)
-        speed = cmd[:, :2].norm(dim=1)
-        if cfg.air_time_on_turns:
-            speed = speed + cmd[:, 2].abs()
-        moving = (speed > 0.1).double()
+        moving = (cmd[:, :2].norm(dim=1) > 0.1).double()
         lin_err = (cmd[:, :2] - v[:, :2]).square().sum(1)
         terms = {
             "alive": cfg.alive * (~self.fallen(sim)).double(),
