@@ -13,7 +13,9 @@ elliptic cones; mjlab's copy of the same robot ships none): the source's actuato
 keyframes are removed; one position servo per joint at the description's gains takes the
 joint's target angle in ``ctrl``; collisions are robot-with-ground only (no self-collision), the
 feet with priority so that randomizing their friction changes the contact; a touch sensor around
-each foot measures its normal force; a flat floor and a light complete the scene.
+each foot measures its normal force, and a contact sensor on every other collision geom says
+whether it touches the ground (``<geom>_ground``: a quadruped that rests on its shins is
+penalized for it); a flat floor and a light complete the scene.
 """
 
 from __future__ import annotations
@@ -198,8 +200,12 @@ def edit_spec(spec: mujoco.MjSpec, desc: RobotDescription, timestep: float) -> m
         if g in foot_geoms:
             geom.priority, geom.condim = 1, 3
             geom.friction = [desc.foot_friction, 0.005, 0.0001]
-        else:
-            geom.priority, geom.condim = 0, 1
+        else:  # with the source's friction: a shin on the ground must not slide for free
+            geom.priority, geom.condim = 0, 3
+            geom.name = geom.name or f"collision{g}"
+            spec.add_sensor(name=f"{geom.name}_ground", type=mujoco.mjtSensor.mjSENS_CONTACT,
+                            objtype=mujoco.mjtObj.mjOBJ_GEOM, objname=geom.name,
+                            intprm=[1, 0, 1])  # found, no reduction, one slot (MJX's subset)
     for site in feet:
         touch = spec.body(model.body(model.site_bodyid[mujoco.mj_name2id(
             model, mujoco.mjtObj.mjOBJ_SITE, site.name)]).name).add_site(

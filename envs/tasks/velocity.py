@@ -22,8 +22,8 @@ once for any robot of ``robotrl.envs.robots`` (the robot is configuration: ``Go1
 * **Rewards** (legged_gym's terms and names, weights in ``VelocityConfig``, each multiplied by
   the control period as legged_gym does): exp tracking of linear and yaw velocity; penalties on
   vertical velocity, roll/pitch rate, body tilt, joint torques, action rate, joint angles beyond
-  the soft limits, distance from the default pose (off for the Go1), foot slip; a reward for
-  feet air time.
+  the soft limits, distance from the default pose (off for the Go1), foot slip, each body
+  other than a foot that touches the ground; a reward for feet air time.
 * **Termination**: the body tilts beyond ``fall_angle`` or the root falls below the robot's
   ``min_base_height`` (the trunk is on the ground); 1000 steps (20 s) truncate.
 * **Rough ground** (``go1_velocity_rough``): a heightfield of rough and sloped tiles in ten
@@ -112,6 +112,10 @@ class VelocityConfig(TaskConfig):
     """Soft joint limits: this fraction of each joint's range, about its middle."""
     feet_slip: float = -0.1
     """Weight of the squared horizontal speed of feet in contact."""
+    collision: float = -1.0
+    """Weight of the number of the robot's bodies touching the ground other than through its
+    feet (legged_gym's ``collision`` term, -1 on the thighs and calves of its quadrupeds; mjlab's
+    rough Go1 charges its shins): without it a Go1 learned to walk on its shins."""
     feet_air_time: float = 0.5
     """Weight of (air time - ``air_time_threshold``) at each touchdown, while commanded to move."""
     air_time_threshold: float = 0.2
@@ -231,6 +235,13 @@ class VelocityTask(MujocoTask):
                                       for f in desc.feet])
         self.touch_adr = torch.tensor([int(model.sensor_adr[mujoco.mj_name2id(
             model, mujoco.mjtObj.mjOBJ_SENSOR, f"{f}_touch")]) for f in desc.feet])
+        ground = [i for i in range(model.nsensor) if model.sensor(i).name.endswith("_ground")]
+        self.ground_adr = torch.tensor([int(model.sensor_adr[i]) for i in ground], dtype=torch.long)
+        bodies = [int(model.geom_bodyid[model.sensor_objid[i]]) for i in ground]
+        # [sensors, bodies]: which body each non-foot geom's ground contact belongs to
+        self.ground_body = torch.tensor([[float(b == c) for c in sorted(set(bodies))]
+                                         for b in bodies], dtype=torch.float64).reshape(
+                                             len(ground), -1)
         self.root_qpos = int(model.jnt_qposadr[model.body_jntadr[mujoco.mj_name2id(
             model, mujoco.mjtObj.mjOBJ_BODY, desc.root_body)]])
         self.init_qpos[self.root_qpos + 2] = desc.base_height
@@ -263,7 +274,7 @@ class VelocityTask(MujocoTask):
     def reward_terms(self) -> tuple[str, ...]:
         return ("alive", "tracking_lin_vel", "tracking_ang_vel", "lin_vel_z", "ang_vel_xy", "orientation",
                 "torques", "action_rate", "joint_limits", "pose", "feet_slip", "feet_air_time",
-                "positive_clip")
+                "collision", "positive_clip")
 
     def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         limit = torch.full((len(self.desc.joints),), float(self.cfg.action_limit))
@@ -367,6 +378,11 @@ class VelocityTask(MujocoTask):
         """[N, feet] normal contact force at each foot (N)."""
         return sim.sensordata[:, self.touch_adr]
 
+    def bodies_on_ground(self, sim: Sim) -> torch.Tensor:
+        """[N, bodies] float: 1 where a body touches the ground other than through a foot."""
+        found = (sim.sensordata[:, self.ground_adr] > 0).double()
+        return (found @ self.ground_body > 0).double()
+
     def contact(self, sim: Sim) -> torch.Tensor:
         return self.touch(sim) > self.cfg.contact_force
 
@@ -418,6 +434,7 @@ class VelocityTask(MujocoTask):
             "feet_slip": cfg.feet_slip * (feet_v.square().sum(2) * contact).sum(1),
             "feet_air_time": cfg.feet_air_time * moving * (
                 (air - cfg.air_time_threshold) * touchdown).sum(1),
+            "collision": cfg.collision * self.bodies_on_ground(sim).sum(1),
         }
         terms = {k: v * dt for k, v in terms.items()}
         total = torch.stack(list(terms.values())).sum(0)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import mujoco
 import numpy as np
@@ -46,7 +47,13 @@ def test_robot_model_is_the_description() -> None:
         assert act.biasprm[2] == pytest.approx(-desc.kd[i])
         assert act.forcerange[1] == pytest.approx(desc.effort_limit[i])
         assert model.dof_armature[model.joint(joint).dofadr[0]] == pytest.approx(desc.armature[i])
-    assert model.nsensor == len(desc.feet)  # one touch sensor per foot, the source's removed
+    # the source's sensors removed: a touch sensor per foot, a contact sensor per other geom
+    foot = {g for g in range(model.ngeom) if model.geom_priority[g] == 1}
+    other = [g for g in range(model.ngeom) if model.geom_contype[g] and g not in foot]
+    assert [model.sensor(i).name for i in range(model.nsensor)] == [
+        f"{model.geom(g).name}_ground" for g in other] + [f"{f}_touch" for f in desc.feet]
+    assert all(model.sensor_objid[i] == g for i, g in enumerate(other))
+    assert set(model.geom_condim[other]) == {3}  # shins on the ground do not slide for free
 
 
 def test_go1_stands_on_its_feet_at_the_default_pose() -> None:
@@ -180,6 +187,37 @@ def test_upside_down_terminates() -> None:
     env.set_state(flipped[:1], env_ids=torch.tensor([0]))
     out = env.step(torch.zeros(2, 12))
     assert out.terminated.tolist() == [True, False]
+
+
+def test_collision_counts_bodies_on_the_ground_other_than_by_the_feet() -> None:
+    """Standing on its feet costs nothing; while random actions fold the legs, the bodies the
+    term counts are those whose non-foot geoms MuJoCo finds on the floor (recomputed from each
+    world's state), and each step's ``collision`` term is -dt x their number."""
+    env = _go1(16)
+    model, task = env.model, env.task
+    for _ in range(10):  # settled on its feet after the drop from the spawn height
+        standing = env.step(torch.zeros(16, 12))
+    assert float(standing.info["reward_terms"]["collision"].abs().max()) == 0
+    foot = {g for g in range(model.ngeom) if model.geom_priority[g] == 1}
+    data = mujoco.MjData(model)
+    gen = torch.Generator().manual_seed(0)
+    touched = 0
+    for _ in range(40):
+        out = env.step(torch.randn(16, 12, generator=gen) * 3)
+        alive = ~(out.terminated | out.truncated)
+        torch.testing.assert_close(  # the term from the step's own sensors (reset worlds aside)
+            out.info["reward_terms"]["collision"][alive].double(),
+            task.cfg.collision * task.dt * task.bodies_on_ground(env.sim).sum(1)[alive])
+        for w in range(16):
+            data.qpos[:], data.qvel[:] = env.sim.qpos[w].numpy(), env.sim.qvel[w].numpy()
+            mujoco.mj_forward(model, data)
+            bodies = {int(model.geom_bodyid[g]) for c in data.contact[:data.ncon]
+                      for g in (c.geom1, c.geom2) if model.geom_bodyid[g] != 0 and g not in foot}
+            touched += len(bodies)
+            sensed = task.bodies_on_ground(SimpleNamespace(
+                sensordata=torch.from_numpy(data.sensordata.copy())[None]))
+            assert float(sensed.sum()) == len(bodies)
+    assert touched > 0
 
 
 def test_encoder_bias_shifts_measurement_and_target_alike() -> None:
