@@ -200,8 +200,8 @@ def edit_spec(spec: mujoco.MjSpec, desc: RobotDescription, timestep: float) -> m
         if g in foot_geoms:
             geom.priority, geom.condim = 1, 3
             geom.friction = [desc.foot_friction, 0.005, 0.0001]
-        else:  # with the source's friction: a shin on the ground must not slide for free
-            geom.priority, geom.condim = 0, 3
+        else:  # frictional against the floor all the same: at equal priority the larger condim wins
+            geom.priority, geom.condim = 0, 1
             geom.name = geom.name or f"collision{g}"
             spec.add_sensor(name=f"{geom.name}_ground", type=mujoco.mjtSensor.mjSENS_CONTACT,
                             objtype=mujoco.mjtObj.mjOBJ_GEOM, objname=geom.name,

@@ -268,7 +268,8 @@ def _train(cfg: TrainConfig, rank: Rank) -> dict[str, float] | None:
 
 def _tracking(cfg: TrainConfig, runner: Runner) -> dict[str, float]:
     """A velocity task's tracking report on the fixed command grid (``robotrl.runners.
-    tracking``: ``lin_vel_rmse``, ``yaw_rate_rmse``, ``falls_per_minute``, ``mean_abs_torque``)
+    tracking``: ``lin_vel_rmse``, ``yaw_rate_rmse``, ``falls_per_minute``, ``mean_abs_torque``,
+    ``off_feet_fraction``)
     for the run's final policy, on nominal worlds; empty for other tasks and backends."""
     import torch
 
@@ -286,7 +287,7 @@ def _tracking(cfg: TrainConfig, runner: Runner) -> dict[str, float]:
     report = tracking_report(cfg, policy, derive_seed(cfg.seed, "eval-env"),
                              derive_seed(cfg.seed, "eval-reset"))
     return {k: report[k] for k in ("lin_vel_rmse", "yaw_rate_rmse", "falls_per_minute",
-                                   "mean_abs_torque")}
+                                   "mean_abs_torque", "off_feet_fraction")}
 
 
 def _record(cfg: TrainConfig, runner: Runner, result: dict[str, float],
@@ -315,7 +316,8 @@ def _record(cfg: TrainConfig, runner: Runner, result: dict[str, float],
         if "lin_vel_rmse" in result:  # velocity tasks
             success += (f", tracking RMSE {result['lin_vel_rmse']:.3f} m/s and "
                         f"{result['yaw_rate_rmse']:.3f} rad/s, "
-                        f"{result['falls_per_minute']:.2f} falls/min")
+                        f"{result['falls_per_minute']:.2f} falls/min, off its feet "
+                        f"{result['off_feet_fraction']:.0%} of the time")
         console.print(f"{label}eval{where}: return {result[p + 'return_mean']:.1f} ± "
                       f"{result[p + 'return_std']:.1f}, length {result[p + 'length_mean']:.0f} "
                       f"over {result[p + 'episodes']} episodes{success}{score}")

@@ -6,7 +6,8 @@ body's planar velocity and yaw rate are compared with the command at every contr
 world that falls is reset and keeps tracking; its fall is counted. The report is what the
 legged-locomotion literature states for a velocity policy: linear and yaw-rate tracking RMSE
 over the grid, falls per minute of simulated time, mean absolute joint torque, and each
-command's own errors.
+command's own errors; and how often a body other than a foot is on the ground (a quadruped
+that walks on its shins tracks as well as one on its feet).
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def velocity_tracking(env: BatchedEnv, obs: Obs, policy: PolicyFn, seconds: floa
     ``seconds``) and after each fall's reset. Returns ``lin_vel_rmse`` (m/s, of the planar
     velocity error's norm), ``yaw_rate_rmse`` (rad/s), ``falls``, ``falls_per_minute``,
     ``mean_abs_torque`` (N m over joints and steps), ``sim_seconds`` (summed over worlds),
-    ``measured_seconds`` (the part the errors average over) and ``commands``: one row per grid
-    command. The errors and torque are NaN where nothing was measured (every world fell before
+    ``measured_seconds`` (the part the errors average over), ``off_feet_fraction`` (of the
+    measured steps, those with a body other than a foot on the ground) and ``commands``: one
+    row per grid command. The errors and torque are NaN where nothing was measured (every world fell before
     settling), never a perfect 0.
     """
     task = tracking_task(env)
@@ -65,6 +67,7 @@ def velocity_tracking(env: BatchedEnv, obs: Obs, policy: PolicyFn, seconds: floa
     yaw_sq = torch.zeros(n, dtype=torch.float64)
     count = torch.zeros(n, dtype=torch.float64)
     torque = torch.zeros(n, dtype=torch.float64)
+    off_feet = torch.zeros(n, dtype=torch.float64)
     falls = torch.zeros(n, dtype=torch.long)
     since = torch.zeros(n, dtype=torch.long)  # steps since the world's last reset
     with torch.inference_mode():
@@ -79,6 +82,8 @@ def velocity_tracking(env: BatchedEnv, obs: Obs, policy: PolicyFn, seconds: floa
             lin_sq += torch.where(live, (v[:, :2] - cmd[:, :2]).square().sum(1), 0.0)
             yaw_sq += torch.where(live, (w[:, 2] - cmd[:, 2]).square(), 0.0)
             torque += torch.where(live, sim.actuator_force.abs().mean(1), 0.0)
+            off = task.bodies_on_ground(sim).sum(1) > 0
+            off_feet += torch.where(live, off.double(), 0.0)
             count += live.double()
             since = since.masked_fill(done, 0)
     nan = float("nan")
@@ -87,6 +92,9 @@ def velocity_tracking(env: BatchedEnv, obs: Obs, policy: PolicyFn, seconds: floa
         # no step measured (every world fell before settling): undefined, not a perfect 0
         return math.sqrt(float(sq.sum() / k.sum())) if float(k.sum()) > 0 else nan
 
+    def share(k: torch.Tensor, of: torch.Tensor) -> float:
+        return float(k.sum() / of.sum()) if float(of.sum()) > 0 else nan
+
     sim_seconds = steps * dt * n
     rows = []
     for i in range(min(n, len(task.grid))):
@@ -94,6 +102,7 @@ def velocity_tracking(env: BatchedEnv, obs: Obs, policy: PolicyFn, seconds: floa
         rows.append({"command": [float(x) for x in task.grid[i].tolist()],
                      "lin_vel_rmse": rmse(lin_sq[same], count[same]),
                      "yaw_rate_rmse": rmse(yaw_sq[same], count[same]),
+                     "off_feet_fraction": share(off_feet[same], count[same]),
                      "falls": int(falls[same].sum())})
     return {
         "lin_vel_rmse": rmse(lin_sq, count),
@@ -102,6 +111,7 @@ def velocity_tracking(env: BatchedEnv, obs: Obs, policy: PolicyFn, seconds: floa
         "falls_per_minute": float(falls.sum()) / (sim_seconds / 60.0),
         "mean_abs_torque": float(torque.sum() / count.sum()) if float(count.sum()) else nan,
         "measured_seconds": float(count.sum()) * dt,
+        "off_feet_fraction": share(off_feet, count),
         "sim_seconds": sim_seconds,
         "seconds_per_world": seconds,
         "commands": rows,
@@ -114,4 +124,5 @@ def format_tracking(report: dict[str, Any]) -> str:
             f" linear RMSE {report['lin_vel_rmse']:.3f} m/s, yaw-rate RMSE "
             f"{report['yaw_rate_rmse']:.3f} rad/s, {report['falls']} falls "
             f"({report['falls_per_minute']:.2f}/min), mean |torque| "
-            f"{report['mean_abs_torque']:.2f} N m")
+            f"{report['mean_abs_torque']:.2f} N m, a body other than a foot on the ground "
+            f"{report.get('off_feet_fraction', math.nan):.0%} of the time")
