@@ -60,6 +60,9 @@ cell runs again; ``benchmarks/common.py``: ``PeerCell.save_state``); gone once t
 finishes."""
 STARTED = "started: "
 """How the missing reason of a cell that started and has not finished begins (``progress``)."""
+STALE = "stale"
+"""How the missing reason of a cell whose run or results-file record is of another config (or
+dataset recording) than the cell's begins."""
 RESUMES = " (`robotrl bench run` resumes it)"
 """How ``progress`` ends for a run whose checkpoint is on this machine."""
 
@@ -550,7 +553,7 @@ def collect(grid: Grid) -> list[dict[str, Any]]:
         done, diff = status(grid, cell)
         if done is None:
             failed = read_json(run / "failed.json")
-            why = (f"stale: {what_changed(diff)} changed since it ran ({'; '.join(diff)})" if diff
+            why = (f"{STALE}: {what_changed(diff)} changed since it ran ({'; '.join(diff)})" if diff
                    else failed["error"] if failed
                    else progress(run, cell.budget, grid.metric) or "not run")
             records.append({**base, "missing": why})

@@ -57,6 +57,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
     report (no ``--check``) marks a cell whose record is of a config the grid no longer
     composes missing (stale)."""
     from robotrl.bench.harness import (
+        STALE,
         collect,
         committed_records,
         current,
@@ -76,6 +77,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
     saved = saved_records(grid)
     done = {record_key(r): r for r in saved if "final" in r}
     started = {record_key(r): r for r in saved if under_way(r)}
+    stale = {record_key(r): r for r in saved if r.get("missing", "").startswith(STALE)}
     cells = {record_key(vars(c)): c for c in grid.cells()}
 
     def reuse(r: dict[str, Any]) -> dict[str, Any]:
@@ -85,8 +87,11 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
         how far the results file says it got elsewhere."""
         old = done.get(record_key(r))
         if old is None:
-            elsewhere = started.get(record_key(r)) if r["missing"] == "not run" else None
-            return r if elsewhere is None else started_elsewhere(elsewhere)
+            if r["missing"] != "not run":
+                return r
+            if record_key(r) in started:
+                return started_elsewhere(started[record_key(r)])
+            return stale.get(record_key(r), r)  # the results file's word that it is stale
         cell = cells[record_key(r)]
         if not current(grid, cell, old):
             why = "a config the grid no longer composes (a tuned file or a default changed)"
@@ -94,9 +99,9 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
             why = "another recording of the dataset than the one on disk"
         else:
             return old
-        if r["missing"].startswith("stale"):
+        if r["missing"].startswith(STALE):
             return r
-        return {**r, "missing": f"stale: the results file's record is of {why}"}
+        return {**r, "missing": f"{STALE}: the results file's record is of {why}"}
 
     records = [reuse(r) if "missing" in r else r for r in collect(grid)]
     mine = {record_key(r) for r in records}
@@ -104,12 +109,14 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
 
 
 def write_results(grid: Any, records: list[dict[str, Any]], kept: list[dict[str, Any]]) -> None:
-    """The grid's results file: every finished record, the ``kept`` ones first, and how far
-    each started one got (its missing reason: the committed report says it too)."""
-    from robotrl.bench.harness import under_way
+    """The grid's results file: every finished record, the ``kept`` ones first, how far each
+    started one got and why each stale one is (their missing reasons: the committed report
+    says them too, and ``--check`` reads them back)."""
+    from robotrl.bench.harness import STALE, under_way
     from robotrl.checkpoint import write_json
 
-    saved = kept + [r for r in records if "final" in r or under_way(r)]
+    saved = kept + [r for r in records if "final" in r or under_way(r)
+                    or r.get("missing", "").startswith(STALE)]
     write_json(grid.results_path, {"grid": grid.name, "records": saved}, indent=1)
 
 

@@ -123,9 +123,14 @@ def test_a_changed_config_is_not_passed_off_as_the_cell(pendulum, tmp_path, caps
     said = capsys.readouterr()
     assert "the committed record is of a config the grid no longer composes" in said.err
     bench_main(["report", str(tuned), "figures=false"])
-    assert "s0: stale: the results file's record is of a config" in (
-        tmp_path / "committed" / "report.md").read_text()
-    assert json.loads(grid.results_path.read_text())["records"] == []
+    stale = "stale: the results file's record is of a config"
+    assert f"s0: {stale}" in (tmp_path / "committed" / "report.md").read_text()
+    # the results file says so too, so that the committed pair agrees and stays stale
+    assert [r["missing"][:len(stale)] for r in json.loads(grid.results_path.read_text())[
+        "records"]] == [stale]
+    bench_main(["report", str(tuned), "--check"])
+    bench_main(["report", str(tuned), "figures=false"])
+    assert f"s0: {stale}" in (tmp_path / "committed" / "report.md").read_text()
     shutil.move(tmp_path / "elsewhere", grid.run_dir(cell))
     run_cell(grid, cell)  # set aside, trained again under the new config
     said = capsys.readouterr()
