@@ -23,7 +23,8 @@ once for any robot of ``robotrl.envs.robots`` (the robot is configuration: ``Go1
   the control period as legged_gym does): exp tracking of linear and yaw velocity; penalties on
   vertical velocity, roll/pitch rate, body tilt, joint torques, action rate, joint angles beyond
   the soft limits, distance from the default pose (off for the Go1), foot slip, each body
-  other than a foot that touches the ground; a reward for feet air time.
+  other than a foot that touches the ground; a reward for feet air time, and mjlab's posture
+  reward, tight standing and loose walking (off unless ``posture`` weighs it).
 * **Termination**: the body tilts beyond ``fall_angle`` or the root falls below the robot's
   ``min_base_height`` (the trunk is on the ground); 1000 steps (20 s) truncate.
 * **Rough ground** (``go1_velocity_rough``): a heightfield of rough and sloped tiles in ten
@@ -108,6 +109,16 @@ class VelocityConfig(TaskConfig):
     pose: float = 0.0
     """Weight of the summed squared deviation of the joints from the default pose (a humanoid's
     arms and waist otherwise wander: mjlab's G1 keeps a pose reward)."""
+    posture: float = 0.0
+    """Weight of mjlab's speed-dependent posture reward, exp(-mean over joints of ((q - default)
+    / std)^2), the std of each joint from ``posture_std`` by the command's speed: tight when
+    told to stand, loose when walking (mjlab's Go1 and G1 weigh it 1). No tuned file uses it
+    yet."""
+    posture_std: dict[str, tuple[float, float, float]] = dataclasses.field(default_factory=dict)
+    """Joint-name pattern (``re.search``) -> the std (rad) standing, walking and running; every
+    joint must match one. mjlab's Go1: hips and thighs (0.05, 0.3, 0.3), calves (0.1, 0.6, 0.6)."""
+    posture_speeds: tuple[float, float] = (0.05, 1.5)
+    """|(vx, vy)| + |yaw rate| of the command at which walking, then running, begins (mjlab's)."""
     soft_limit_factor: float = 0.9
     """Soft joint limits: this fraction of each joint's range, about its middle."""
     feet_slip: float = -0.1
@@ -247,6 +258,7 @@ class VelocityTask(MujocoTask):
         self.init_qpos[self.root_qpos + 2] = desc.base_height
         self.init_qpos[self.qpos_ids] = self.default
         self.cos_fall = math.cos(math.radians(cfg.fall_angle))
+        self.posture_std = posture_stds(desc.joints, cfg.posture_std) if cfg.posture else None
         self.yaw_sigma = cfg.tracking_sigma if cfg.tracking_sigma_yaw is None \
             else cfg.tracking_sigma_yaw
         self.grid = torch.tensor(cfg.command_grid, dtype=f64).reshape(-1, 3)
@@ -273,8 +285,8 @@ class VelocityTask(MujocoTask):
     @property
     def reward_terms(self) -> tuple[str, ...]:
         return ("alive", "tracking_lin_vel", "tracking_ang_vel", "lin_vel_z", "ang_vel_xy", "orientation",
-                "torques", "action_rate", "joint_limits", "pose", "feet_slip", "feet_air_time",
-                "collision", "positive_clip")
+                "torques", "action_rate", "joint_limits", "pose", "posture", "feet_slip",
+                "feet_air_time", "collision", "positive_clip")
 
     def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         limit = torch.full((len(self.desc.joints),), float(self.cfg.action_limit))
@@ -431,6 +443,7 @@ class VelocityTask(MujocoTask):
             "joint_limits": cfg.joint_limits * ((self.soft_low - q).clamp_min(0)
                                                 + (q - self.soft_high).clamp_min(0)).sum(1),
             "pose": cfg.pose * (q - self.default).square().sum(1),
+            "posture": self.posture(q, cmd),
             "feet_slip": cfg.feet_slip * (feet_v.square().sum(2) * contact).sum(1),
             "feet_air_time": cfg.feet_air_time * moving * (
                 (air - cfg.air_time_threshold) * touchdown).sum(1),
@@ -440,6 +453,16 @@ class VelocityTask(MujocoTask):
         total = torch.stack(list(terms.values())).sum(0)
         clip = (-total).clamp_min(0) if cfg.only_positive_rewards else torch.zeros_like(total)
         return {**terms, "positive_clip": clip}
+
+    def posture(self, q: torch.Tensor, cmd: torch.Tensor) -> torch.Tensor:
+        """[N] the posture reward (weighted): each world's std row by its command's speed."""
+        if self.posture_std is None:
+            return torch.zeros(q.shape[0], dtype=q.dtype)
+        speed = cmd[:, :2].norm(dim=1) + cmd[:, 2].abs()
+        walk, run = self.cfg.posture_speeds
+        regime = (speed >= walk).long() + (speed >= run).long()
+        z = (q - self.default) / self.posture_std[regime]
+        return self.cfg.posture * torch.exp(-z.square().mean(1))
 
     def fallen(self, sim: Sim) -> torch.Tensor:
         """[N] bool: tilted beyond ``fall_angle`` or the root below ``min_base_height``."""
@@ -470,3 +493,24 @@ class G1Velocity(VelocityTask):
     name = "g1_velocity"
     robot = "g1"
     view = View(distance=3.0, elevation=-15.0, azimuth=135.0, track="pelvis")
+
+
+def posture_stds(joints: list[str] | tuple[str, ...],
+                 patterns: dict[str, Any]) -> torch.Tensor:
+    """[3, joints] the posture std of each joint standing, walking and running, from the first
+    of ``patterns`` (``re.search`` on the joint's name) that matches it; a joint no pattern
+    matches, or a std that is not three positive numbers, is an error naming them."""
+    import re
+
+    rows = []
+    for joint in joints:
+        hit = next((v for p, v in patterns.items() if re.search(p, joint)), None)
+        if hit is None:
+            raise ValueError(f"posture_std: no pattern matches joint {joint!r} (patterns "
+                             f"{sorted(patterns)}; joints {list(joints)})")
+        if len(hit) != 3 or any(float(x) <= 0 for x in hit):
+            raise ValueError(f"posture_std[{joint!r}] must be three stds > 0 (standing, "
+                             f"walking, running), got {hit!r}")
+        rows.append([float(x) for x in hit])
+    return torch.tensor(rows, dtype=torch.float64).T.contiguous()
+

@@ -182,6 +182,35 @@ def test_yaw_tracking_has_its_own_sigma() -> None:
             > a.info["reward_terms"]["tracking_ang_vel"]).all()
 
 
+POSTURE = {"(hip|thigh)": (0.05, 0.3, 0.5), "calf": (0.1, 0.6, 0.9)}
+"""Posture stds (standing, walking, running): mjlab's Go1's, running loosened further so that
+each regime has its own."""
+
+
+def test_posture_reward_is_tight_standing_and_loose_walking() -> None:
+    """mjlab's variable posture: weight * dt * exp(-mean(((q - default) / std)^2)), each world's
+    std by its command's speed (|(vx, vy)| + |yaw|): standing (0), walking (0.5 forward, 0.8
+    turning) and running (1.6 forward) worlds, recomputed by hand from the joints."""
+    grid = ((0.0, 0.0, 0.0), (0.5, 0.0, 0.0), (0.0, 0.0, 0.8), (1.6, 0.0, 0.0))
+    env = _go1(4, command_grid=grid, posture=1.0, posture_std=POSTURE,
+               posture_speeds=(0.05, 1.5))
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        out = env.step(torch.randn(4, 12, generator=gen) * 0.5)
+    task = env.task
+    z = env.sim.qpos[:, task.qpos_ids] - task.default
+    stand = torch.tensor([0.05, 0.05, 0.1] * 4, dtype=torch.float64)  # FR, FL, RR, RL: hip, thigh, calf
+    walk = torch.tensor([0.3, 0.3, 0.6] * 4, dtype=torch.float64)
+    run = torch.tensor([0.5, 0.5, 0.9] * 4, dtype=torch.float64)
+    std = torch.stack([stand, walk, walk, run])
+    expected = task.dt * torch.exp(-(z / std).square().mean(1))
+    torch.testing.assert_close(out.info["reward_terms"]["posture"].double(), expected)
+    off = _go1(1).step(torch.zeros(1, 12))
+    assert float(off.info["reward_terms"]["posture"].abs().max()) == 0  # off by default
+    with pytest.raises(ValueError, match="no pattern matches joint 'FR_calf_joint'"):
+        _go1(1, posture=1.0, posture_std={"(hip|thigh)": (0.05, 0.3, 0.3)})
+
+
 def test_upside_down_terminates() -> None:
     env = _go1(2)
     state = env.get_state()
