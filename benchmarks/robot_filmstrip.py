@@ -30,13 +30,6 @@ def filmstrip(checkpoint: str, command: tuple[float, float, float], frames: int,
     env, alg = run.env, run.alg
     base = getattr(env, "unwrapped", env)
     stride = max(1, round(every / env.spec.control_dt))
-    try:
-        images = [env.render(0, size, size)]
-    except Exception as err:  # noqa: BLE001 - GL backends fail in many ways
-        raise SystemExit(f"offscreen rendering failed ({type(err).__name__}: {err}); set "
-                         "MUJOCO_GL=egl (or osmesa) before starting") from None
-    captions = ["t = 0 s"]
-    state = {"step": 0, "done": False}
 
     def caption(t: float) -> str:
         down = int(base.task.bodies_on_ground(base.sim)[0].sum()) if hasattr(
@@ -44,7 +37,13 @@ def filmstrip(checkpoint: str, command: tuple[float, float, float], frames: int,
         return f"t = {t:g} s" + (
             f", {down} bod{'y' if down == 1 else 'ies'} on the ground" if down else ", on its feet")
 
-    captions[0] = caption(0.0)
+    try:
+        images = [env.render(0, size, size)]
+    except Exception as err:  # noqa: BLE001 - GL backends fail in many ways
+        raise SystemExit(f"offscreen rendering failed ({type(err).__name__}: {err}); set "
+                         "MUJOCO_GL=egl (or osmesa) before starting") from None
+    captions = [caption(0.0)]
+    state = {"step": 0, "done": False}
 
     def on_step(env_: object, out: object) -> None:
         state["step"] += 1

@@ -58,14 +58,22 @@ def onnx_policy(path: Path) -> Any:
     return policy, meta
 
 
-def track(policy: Any, meta: dict[str, Any], seconds: float, backend: str = "mujoco",
-          **perturb: Any) -> dict[str, Any]:
+def grid_env(meta: dict[str, Any], per_command: int = 1, backend: str = "mujoco", seed: int = 0,
+             **perturb: Any) -> Any:
+    """The exported policy's task (its options from the ONNX metadata) on ``per_command`` worlds
+    for each command of ``COMMAND_GRID`` (world i holds command i % 12), ``perturb`` as fixed
+    physics."""
     options = {k: v for k, v in meta["task_options"].items() if k != "command_grid"}
     kwargs: dict[str, Any] = {"num_threads": 1} if backend == "mujoco" else {}
     if perturb:
         kwargs["randomization"] = perturbation(**perturb)
-    env = make(meta["task"], len(COMMAND_GRID), backend=backend, seed=0,
-               command_grid=COMMAND_GRID, **options, **kwargs)
+    return make(meta["task"], per_command * len(COMMAND_GRID), backend=backend, seed=seed,
+                command_grid=COMMAND_GRID, **options, **kwargs)
+
+
+def track(policy: Any, meta: dict[str, Any], seconds: float, backend: str = "mujoco",
+          **perturb: Any) -> dict[str, Any]:
+    env = grid_env(meta, backend=backend, **perturb)
     start = time.perf_counter()
     report = velocity_tracking(env, env.reset(seed=0), policy, seconds)
     report["wall_s"] = time.perf_counter() - start

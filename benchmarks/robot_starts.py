@@ -20,20 +20,16 @@ import torch
 from common import banner, machine_meta, write_json
 from rich.console import Console
 from rich.table import Table
-from robot_sim2sim import onnx_policy
+from robot_sim2sim import grid_env, onnx_policy
 
-from robotrl.envs import make
 from robotrl.runners.tracking import COMMAND_GRID
 
 
 def falls_from_start(policy, meta, starts: int, seconds: float, seed: int = 0) -> list[dict]:
     """One row per grid command: the fraction of ``starts`` worlds that fell within
     ``seconds``, and the trunk's lowest height over the starts."""
-    options = {k: v for k, v in meta["task_options"].items() if k != "command_grid"}
     grid = [list(c) for c in COMMAND_GRID]
-    # world i holds grid[i % len(grid)]: `starts` worlds a command
-    env = make(meta["task"], starts * len(grid), backend="mujoco", seed=seed, num_threads=1,
-               command_grid=grid, **options)
+    env = grid_env(meta, per_command=starts, seed=seed)  # world i holds grid[i % len(grid)]
     base = getattr(env, "unwrapped", env)
     obs = env.reset(seed=seed)
     fell = torch.zeros(env.num_envs, dtype=torch.bool)

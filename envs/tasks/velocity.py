@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any, ClassVar
 
 import mujoco
@@ -500,8 +501,6 @@ def posture_stds(joints: list[str] | tuple[str, ...],
     """[3, joints] the posture std of each joint standing, walking and running, from the first
     of ``patterns`` (``re.search`` on the joint's name) that matches it; a joint no pattern
     matches, or a std that is not three positive numbers, is an error naming them."""
-    import re
-
     rows = []
     for joint in joints:
         hit = next((v for p, v in patterns.items() if re.search(p, joint)), None)
@@ -513,4 +512,3 @@ def posture_stds(joints: list[str] | tuple[str, ...],
                              f"walking, running), got {hit!r}")
         rows.append([float(x) for x in hit])
     return torch.tensor(rows, dtype=torch.float64).T.contiguous()
-

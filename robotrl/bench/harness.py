@@ -645,6 +645,11 @@ def under_way(record: dict[str, Any]) -> bool:
     return record.get("missing", "").startswith(STARTED)
 
 
+def stale(record: dict[str, Any]) -> bool:
+    """Whether a cell's record says its run or results-file record is of another config."""
+    return record.get("missing", "").startswith(STALE)
+
+
 def init_record(grid: Grid, cell: Cell, done: dict[str, Any]) -> dict[str, Any]:
     """The ``init`` stage of a finished cell: its algorithm, updates and wall clock, and the
     cell's scores before any update of its own (its evaluation at step 0: the stage's policy

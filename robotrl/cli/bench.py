@@ -64,6 +64,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
         other_recording,
         record_key,
         saved_records,
+        stale,
         started_elsewhere,
         under_way,
     )
@@ -77,7 +78,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
     saved = saved_records(grid)
     done = {record_key(r): r for r in saved if "final" in r}
     started = {record_key(r): r for r in saved if under_way(r)}
-    stale = {record_key(r): r for r in saved if r.get("missing", "").startswith(STALE)}
+    stale_here = {record_key(r): r for r in saved if stale(r)}
     cells = {record_key(vars(c)): c for c in grid.cells()}
 
     def reuse(r: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +92,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
                 return r
             if record_key(r) in started:
                 return started_elsewhere(started[record_key(r)])
-            return stale.get(record_key(r), r)  # the results file's word that it is stale
+            return stale_here.get(record_key(r), r)  # the results file's word that it is stale
         cell = cells[record_key(r)]
         if not current(grid, cell, old):
             why = "a config the grid no longer composes (a tuned file or a default changed)"
@@ -99,7 +100,7 @@ def _merged(grid: Any, check: bool = False) -> tuple[list[dict[str, Any]], list[
             why = "another recording of the dataset than the one on disk"
         else:
             return old
-        if r["missing"].startswith(STALE):
+        if stale(r):
             return r
         return {**r, "missing": f"{STALE}: the results file's record is of {why}"}
 
@@ -112,11 +113,10 @@ def write_results(grid: Any, records: list[dict[str, Any]], kept: list[dict[str,
     """The grid's results file: every finished record, the ``kept`` ones first, how far each
     started one got and why each stale one is (their missing reasons: the committed report
     says them too, and ``--check`` reads them back)."""
-    from robotrl.bench.harness import STALE, under_way
+    from robotrl.bench.harness import stale, under_way
     from robotrl.checkpoint import write_json
 
-    saved = kept + [r for r in records if "final" in r or under_way(r)
-                    or r.get("missing", "").startswith(STALE)]
+    saved = kept + [r for r in records if "final" in r or under_way(r) or stale(r)]
     write_json(grid.results_path, {"grid": grid.name, "records": saved}, indent=1)
 
 
