@@ -325,6 +325,26 @@ def run_lock(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def waiting_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an advisory ``flock`` on ``path`` (created if missing), waiting for another process
+    that holds it: for a read-merge-write of a shared file that is replaced by rename (so the
+    file itself cannot be the lock). Released, by the kernel too, when its holder exits."""
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
 def remove_if_empty(run_dir: str | os.PathLike[str]) -> None:
     """Remove ``run_dir`` when it holds nothing but a released run lock (a run refused before
     it wrote anything); a lock another process holds, or any other file, leaves it as it is."""

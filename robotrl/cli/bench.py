@@ -17,6 +17,7 @@ and exits 1 when the committed report differs from what the committed results gi
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 ACTIONS = ("run", "report", "list")
@@ -214,7 +215,7 @@ def bench_main(argv: list[str]) -> None:
     from robotrl.bench.grid import load_grid
     from robotrl.bench.harness import finished, launch
     from robotrl.bench.report import report
-    from robotrl.checkpoint import atomic_open
+    from robotrl.checkpoint import atomic_open, waiting_lock
     from robotrl.logging import console
 
     action, path, fields, options, hydra_args, check = _parse(argv)
@@ -242,9 +243,9 @@ def bench_main(argv: list[str]) -> None:
         except ValueError as err:
             raise SystemExit(f"bench error: {err}") from None
         console.print(f"ran in {seconds / 60:.1f} min")
-    records, kept = _merged(grid, check)
-    text, _ = report(grid, records, with_figures=options.get("figures", not check))
     if check:
+        records, _ = _merged(grid, check)
+        text, _ = report(grid, records, with_figures=False)
         committed = grid.report_path.read_text() if grid.report_path.is_file() else ""
         if committed != text:
             print(f"{grid.report_path} differs from what {grid.results_path} gives; run "
@@ -252,9 +253,14 @@ def bench_main(argv: list[str]) -> None:
             raise SystemExit(1)
         print(f"{grid.report_path} matches {grid.results_path}")
         return
-    write_results(grid, records, kept)
-    grid.report_path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_open(grid.report_path, "w") as f:
-        f.write(text)
+    # two `bench run only=N` of one grid may finish at once: each reads the results file, merges
+    # its runs in and replaces the file, so the read-merge-write is one at a time
+    with waiting_lock(Path(grid.out) / ".results.lock"):
+        records, kept = _merged(grid, check)
+        text, _ = report(grid, records, with_figures=options.get("figures", True))
+        write_results(grid, records, kept)
+        grid.report_path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_open(grid.report_path, "w") as f:
+            f.write(text)
     print(text)
     print(f"wrote {grid.report_path} and {grid.results_path}")

@@ -782,3 +782,21 @@ def test_list_estimates_a_cell_only_from_runs_of_its_config(pendulum, tmp_path, 
              config=config_digest(composed(grid, dataclasses.replace(bc, seed=4))))]}))
     out = listed()
     assert "(about 20 min to run as in its committed runs)" in out, out
+
+
+def test_the_results_file_is_merged_and_written_one_process_at_a_time(pendulum, tmp_path):
+    """Two `bench run only=N` of one grid finishing together each read the results file, merge
+    their runs in and replace it: the read-merge-write waits for the grid's results lock."""
+    import threading
+
+    from robotrl.checkpoint import waiting_lock
+
+    path = write_grid(tmp_path, pendulum)
+    results = tmp_path / "committed" / "results.json"
+    done = threading.Event()
+    with waiting_lock(tmp_path / "bench" / ".results.lock"):
+        writer = threading.Thread(target=lambda: (bench_main(["report", str(path)]), done.set()))
+        writer.start()
+        assert not done.wait(1.0) and not results.exists()  # waits while another holds it
+    writer.join(60)
+    assert done.is_set() and json.loads(results.read_text())["grid"] == "tiny-offline"
