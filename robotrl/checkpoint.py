@@ -291,25 +291,39 @@ class RunLocked(RuntimeError):
 
 
 @contextlib.contextmanager
+def _flocked(path: Path, wait: bool) -> Iterator[int]:
+    """Hold an exclusive advisory ``flock`` on ``path`` (created if missing) and yield its file
+    descriptor. ``wait=False`` raises ``BlockingIOError`` at once when another process holds it.
+    The kernel releases the lock when its holder exits in any way."""
+    import fcntl  # POSIX; robotrl's simulators need Linux or macOS anyway
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        try:
+            yield fd
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
 def run_lock(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
     """Hold ``run_dir/.lock`` while a run writes there; a second process pointed at the same
     directory gets ``RunLocked`` naming the holder's process id.
 
-    The lock is an advisory ``flock`` on the file, so the kernel releases it when its holder
-    exits in any way: a lock file left behind by a killed run is stale and is taken over. The
-    file itself stays (emptied on release): unlinking it would let a process that opened the
-    old file and one that creates a new one both hold "the" lock.
+    A lock file left behind by a killed run is stale (its ``flock`` went with the process) and
+    is taken over. The file itself stays (emptied on release): unlinking it would let a process
+    that opened the old file and one that creates a new one both hold "the" lock.
     """
-    import fcntl  # POSIX; robotrl's simulators need Linux or macOS anyway
-
     path = Path(run_dir) / ".lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = stack.enter_context(_flocked(path, wait=False))
         except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            holder = path.read_text(errors="replace").strip() or "unknown"
             raise RunLocked(f"run directory {str(run_dir)!r} is in use by process {holder} "
                             "(another robotrl train); wait for it to finish or pick another "
                             "run_dir") from None
@@ -320,29 +334,15 @@ def run_lock(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
         finally:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
 
 
 @contextlib.contextmanager
 def waiting_lock(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Hold an advisory ``flock`` on ``path`` (created if missing), waiting for another process
-    that holds it: for a read-merge-write of a shared file that is replaced by rename (so the
-    file itself cannot be the lock). Released, by the kernel too, when its holder exits."""
-    import fcntl
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    """Hold an advisory ``flock`` on ``path``, waiting for another process that holds it: for a
+    read-merge-write of a shared file that is replaced by rename (so the file itself cannot be
+    the lock)."""
+    with _flocked(Path(path), wait=True):
+        yield
 
 
 def remove_if_empty(run_dir: str | os.PathLike[str]) -> None:
