@@ -323,7 +323,9 @@ def run_lock(run_dir: str | os.PathLike[str]) -> Iterator[Path]:
         try:
             fd = stack.enter_context(_flocked(path, wait=False))
         except BlockingIOError:
-            holder = path.read_text(errors="replace").strip() or "unknown"
+            holder = "unknown"
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                holder = f.read(64).decode(errors="replace").strip() or holder
             raise RunLocked(f"run directory {str(run_dir)!r} is in use by process {holder} "
                             "(another robotrl train); wait for it to finish or pick another "
                             "run_dir") from None
