@@ -17,6 +17,7 @@ from robotrl.config import (
     RandomizationConfig,
     TrainConfig,
     from_dict,
+    resolve_randomization,
 )
 from robotrl.registry import POLICIES, algo_config_class, algorithm, policy_config_class
 
@@ -143,6 +144,12 @@ def _identity(key: str, value: Any) -> Any:
         return value.get("name")
     if isinstance(value, dict) and key == "env":
         return value.get("task")
+    if key == "randomization" and isinstance(value, (dict, str)):
+        # the checkpoint saves every field resolved; a preset plus dotted overrides gives a few
+        try:
+            return dataclasses.asdict(resolve_randomization(value))
+        except (TypeError, ValueError):
+            return value
     return value
 
 

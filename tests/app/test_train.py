@@ -154,8 +154,10 @@ def test_cli_train_then_eval(tmp_path: Path) -> None:
 
 def test_cli_resume_accepts_the_original_keys_and_refuses_changes(tmp_path: Path) -> None:
     run = tmp_path / "run"
+    # a preset plus a dotted override of it, as the harness's grids give them
     original = ["env=inverted_pendulum", "num_envs=4", "algo.rollout_steps=16", f"run_dir={run}",
-                "logger.progress=false", "eval_episodes=2"]
+                "logger.progress=false", "eval_episodes=2", "randomization=locomotion",
+                "randomization.action_delay_max=1"]
 
     def train(*extra: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "robotrl.cli.main", "train", *extra],
@@ -172,6 +174,8 @@ def test_cli_resume_accepts_the_original_keys_and_refuses_changes(tmp_path: Path
     assert changed.returncode == 2
     assert "cannot change 'env' when resuming" in changed.stderr
     assert "'inverted_pendulum'" in changed.stderr and "'hopper'" in changed.stderr
+    delay = train(*original, "randomization.action_delay_max=2", f"resume={last}")
+    assert delay.returncode == 2 and "cannot change 'randomization'" in delay.stderr
     fewer = train("num_envs=8", f"resume={last}")
     assert fewer.returncode == 2 and "num_envs=4" in fewer.stderr and "num_envs=8" in fewer.stderr
 
