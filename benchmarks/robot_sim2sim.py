@@ -10,8 +10,9 @@ of ``robotrl.runners.tracking`` on its fixed command grid (12 commands, one worl
 
 * ``native``: native MuJoCo, nominal physics (the reference);
 * ``mjx``: the same worlds on the mjx backend (MJX on CPU JAX, float32), from the same seed;
-* ``held-out``: mass x0.8 and x1.2, friction x0.3 (the training ranges were 0.9-1.1 and
-  0.4-1.25), and action latency of 2 control steps, each alone, on native MuJoCo;
+* ``held-out``: mass x0.8 and x1.2, friction x0.3 (0.1 beyond the 'legged' training ranges,
+  0.9-1.1 and 0.4-1.25; ``--mass 0.7,1.3 --friction 0.3`` for others), and action latency of
+  2 control steps, each alone, on native MuJoCo;
 * with ``--control``: the control policy's ``native`` and ``latency 2`` rows (a policy trained
   without latency randomization, evaluated with it).
 
@@ -37,9 +38,30 @@ from robotrl.runners.tracking import COMMAND_GRID, velocity_tracking
 from robotrl.sim2real.export import read_metadata
 from robotrl.sim2real.gap import perturbation
 
-HELD_OUT = {"mass x0.8": {"mass": 0.8}, "mass x1.2": {"mass": 1.2},
-            "friction x0.3": {"friction": 0.3}, "latency 2": {"delay": 2}}
-"""Perturbations outside the 'legged' training ranges (mass 0.9-1.1, friction 0.4-1.25)."""
+MASSES, FRICTIONS = (0.8, 1.2), (0.3,)
+"""Held-out physics by default: 0.1 beyond the 'legged' preset's training ranges (mass 0.9-1.1,
+friction 0.4-1.25); ``--mass``/``--friction`` give others (a policy trained on wider ranges)."""
+
+
+def held_out(masses: tuple[float, ...] = MASSES,
+             frictions: tuple[float, ...] = FRICTIONS) -> dict[str, dict[str, float]]:
+    """The held-out rows' perturbations: each mass and friction factor alone, then latency 2."""
+    rows: dict[str, dict[str, float]] = {f"mass x{m:g}": {"mass": m} for m in masses}
+    rows.update({f"friction x{f:g}": {"friction": f} for f in frictions})
+    rows["latency 2"] = {"delay": 2}
+    return rows
+
+
+def factors(text: str) -> tuple[float, ...]:
+    """``--mass 0.7,1.3``: positive factors, comma-separated."""
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated factors such as 0.8,1.2, "
+                                         f"got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"factors must be > 0, got {text!r}")
+    return values
 
 
 def onnx_policy(path: Path) -> Any:
@@ -86,6 +108,10 @@ def main() -> None:
     parser.add_argument("--control", type=Path)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--no-mjx", action="store_true")
+    parser.add_argument("--mass", type=factors, default=MASSES,
+                        help="held-out whole-robot mass factors (default 0.8,1.2)")
+    parser.add_argument("--friction", type=factors, default=FRICTIONS,
+                        help="held-out friction factors (default 0.3)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/figures/robot_sim2sim.json"))
     parser.add_argument("--figure", type=Path, help="a PNG of the rows' tracking errors")
     args = parser.parse_args()
@@ -96,7 +122,7 @@ def main() -> None:
     rows: dict[str, dict[str, Any]] = {"native": track(policy, meta, args.seconds)}
     if not args.no_mjx:
         rows["mjx"] = track(policy, meta, args.seconds, backend="mjx")
-    for name, perturb in HELD_OUT.items():
+    for name, perturb in held_out(args.mass, args.friction).items():
         rows[name] = track(policy, meta, args.seconds, **perturb)
     if args.control is not None:
         control, control_meta = onnx_policy(args.control)
