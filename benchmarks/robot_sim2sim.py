@@ -8,7 +8,8 @@ The file is the artifact a robot runs (``robotrl export``); the policy here is o
 the ``policy`` observation group, nothing of the training run. Rows, each the tracking report
 of ``robotrl.runners.tracking`` on its fixed command grid (12 commands, one world each):
 
-* ``native``: native MuJoCo, nominal physics (the reference);
+* ``native``: native MuJoCo, nominal physics (the reference); with ``--repeats N`` also from
+  reset seeds 1..N-1 (the same physics, other starting states: the ratio's own spread);
 * ``mjx``: the same worlds on the mjx backend (MJX on CPU JAX, float32), from the same seed;
 * ``held-out``: mass x0.8 and x1.2, friction x0.3 (0.1 beyond the 'legged' training ranges,
   0.9-1.1 and 0.4-1.25; ``--mass 0.7,1.3 --friction 0.3`` for others), and action latency of
@@ -94,10 +95,10 @@ def grid_env(meta: dict[str, Any], per_command: int = 1, backend: str = "mujoco"
 
 
 def track(policy: Any, meta: dict[str, Any], seconds: float, backend: str = "mujoco",
-          **perturb: Any) -> dict[str, Any]:
-    env = grid_env(meta, backend=backend, **perturb)
+          seed: int = 0, **perturb: Any) -> dict[str, Any]:
+    env = grid_env(meta, backend=backend, seed=seed, **perturb)
     start = time.perf_counter()
-    report = velocity_tracking(env, env.reset(seed=0), policy, seconds)
+    report = velocity_tracking(env, env.reset(seed=seed), policy, seconds)
     report["wall_s"] = time.perf_counter() - start
     return report
 
@@ -108,6 +109,9 @@ def main() -> None:
     parser.add_argument("--control", type=Path)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--no-mjx", action="store_true")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="also run the native row from reset seeds 1..N-1: its own spread, "
+                             "against which a held-out row's ratio reads")
     parser.add_argument("--mass", type=factors, default=MASSES,
                         help="held-out whole-robot mass factors (default 0.8,1.2)")
     parser.add_argument("--friction", type=factors, default=FRICTIONS,
@@ -120,6 +124,8 @@ def main() -> None:
     console.print(banner("robot sim-to-sim", f"model {args.model}", f"{args.seconds:g} s a command"))
     policy, meta = onnx_policy(args.model)
     rows: dict[str, dict[str, Any]] = {"native": track(policy, meta, args.seconds)}
+    for seed in range(1, args.repeats):  # the native row's own spread: other starting states
+        rows[f"native, reset seed {seed}"] = track(policy, meta, args.seconds, seed=seed)
     if not args.no_mjx:
         rows["mjx"] = track(policy, meta, args.seconds, backend="mjx")
     for name, perturb in held_out(args.mass, args.friction).items():
