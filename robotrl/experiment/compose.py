@@ -138,8 +138,8 @@ state are shaped by them. Repeating their saved value is accepted."""
 
 def _identity(key: str, value: Any) -> Any:
     """What an override of ``key`` selects, comparable between a composed and a saved config:
-    the algorithm, task or backend name; the value itself otherwise (randomization's mapping,
-    num_envs)."""
+    the algorithm, task or backend name; randomization's every field (a preset name or a few
+    fields resolved); the value itself otherwise (num_envs)."""
     if isinstance(value, dict) and key in ("algo", "backend"):
         return value.get("name")
     if isinstance(value, dict) and key == "env":
