@@ -18,6 +18,8 @@
 #   MINARI_DATASETS_PATH=$PWD/datasets bash benchmarks/offline_datasets.sh suite   # 12 datasets
 #   bash benchmarks/offline_datasets.sh policies   # retrain the six policies into runs/ and
 #                                                  # copy them over benchmarks/policies/
+#   MINARI_DATASETS_PATH=$PWD/datasets bash benchmarks/offline_datasets.sh d4rl    # 15 datasets,
+#       D4RL's recipe from SAC agents trained here (robotrl/<task>/<kind>-v1; see that branch)
 # The default records benchmarks/grids/offline_vs_d3rlpy.yaml's four (about 25 minutes on one
 # core); `suite` the twelve of benchmarks/grids/offline.yaml (D4RL's locomotion kinds: medium,
 # medium-replay, medium-expert, expert x hopper, halfcheetah, walker2d; 1M transitions each,
@@ -62,6 +64,49 @@ collect() {  # id task kind [arguments]: skip a dataset already written
     [ -d "$MINARI_DATASETS_PATH/$id" ] || robotrl dataset collect id="$id" kind="$kind" \
         progress=false checkpoint="$acting" expert="$expert" "$@"
 }
+if [ "${1:-}" = d4rl ]; then
+    # D4RL's and Minari's recipe (issue 95; `dataset collect recipe=d4rl`), as robotrl/<task>/
+    # <kind>-v1: per task a SAC agent from seed 0 trained for 1M steps is the expert; medium is
+    # the same run stopped at its first evaluation at or above a third of the expert's final
+    # evaluation return (a run is deterministic for its seed on one machine, so the short run is
+    # the long one's prefix), medium-replay what that short run saw, random the agent untrained;
+    # 1M transitions a kind (medium-expert 1M of each). The SAC runs resume where they stopped.
+    # D4RL_STEPS, D4RL_TRANSITIONS and D4RL_TASKS shrink it (a smoke run).
+    train_steps=${D4RL_STEPS:-1000000} transitions=${D4RL_TRANSITIONS:-1000000}
+    for task in ${D4RL_TASKS:-hopper halfcheetah walker2d}; do
+        expert_run=runs/datasets/${task}_sac medium_run=runs/datasets/${task}_sac_medium
+        done_at() {  # the step a run's result.json says it finished at, 0 without one
+            python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" \
+                "$1/result.json" 2>/dev/null || echo 0
+        }
+        train_sac() {  # run_dir steps: train, or resume an interrupted run
+            local resume=()
+            [ -f "$1/checkpoints/last.pt" ] && resume=("resume=$1/checkpoints/last.pt")
+            [ "$(done_at "$1")" -ge "$2" ] ||
+                robotrl train algo=sac env="$task" seed=0 total_steps="$2" run_dir="$1" \
+                    "${one[@]}" "${resume[@]}"
+        }
+        train_sac "$expert_run" "$train_steps"
+        medium_steps=$(python - "$expert_run/result.json" <<'PY'
+import json, sys
+evaluations = json.load(open(sys.argv[1]))["evaluations"]
+target = evaluations[-1]["return_mean"] / 3
+print(next(e["step"] for e in evaluations if e["return_mean"] >= target))
+PY
+)
+        train_sac "$medium_run" "$medium_steps"
+        expert=$expert_run/checkpoints/last.pt medium=$medium_run/checkpoints/last.pt
+        for kind in random medium medium-replay medium-expert expert; do
+            id="robotrl/$task/$kind-v1" acting=$medium
+            [ "$kind" = expert ] && acting=$expert
+            [ "$kind" = random ] && acting=$expert  # its architecture, untrained
+            steps=("steps=$transitions"); [ "$kind" = medium-replay ] && steps=()
+            [ -d "$MINARI_DATASETS_PATH/$id" ] || robotrl dataset collect id="$id" kind="$kind" \
+                recipe=d4rl progress=false checkpoint="$acting" expert="$expert" "${steps[@]}"
+        done
+    done
+    exit 0
+fi
 if [ "${1:-}" = suite ]; then
     for task in hopper halfcheetah walker2d; do
         collect "robotrl/$task/medium-v0" "$task" medium steps=1000000
