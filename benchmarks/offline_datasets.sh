@@ -57,10 +57,13 @@ if grep -q AuthenticAMD /proc/cpuinfo 2>/dev/null; then
              "datasets get other digests than the committed cells'" >&2
     fi
 fi
+behaviour_expert='' behaviour_medium=''  # checkpoints in place of the committed policies
 collect() {  # id task kind [arguments]: skip a dataset already written
-    local id=$1 kind=$3 expert=$POLICIES/${2}_expert.pt acting=$POLICIES/${2}_medium.pt
+    local id=$1 kind=$3 expert=${behaviour_expert:-$POLICIES/${2}_expert.pt}
+    local acting=${behaviour_medium:-$POLICIES/${2}_medium.pt}
     shift 3
     [ "$kind" = expert ] && acting=$expert
+    [ "$kind" = random ] && acting=$expert  # its architecture (recipe=d4rl: untrained)
     [ -d "$MINARI_DATASETS_PATH/$id" ] || robotrl dataset collect id="$id" kind="$kind" \
         progress=false checkpoint="$acting" expert="$expert" "$@"
 }
@@ -73,20 +76,20 @@ if [ "${1:-}" = d4rl ]; then
     # 1M transitions a kind (medium-expert 1M of each). The SAC runs resume where they stopped.
     # D4RL_STEPS, D4RL_TRANSITIONS and D4RL_TASKS shrink it (a smoke run).
     train_steps=${D4RL_STEPS:-1000000} transitions=${D4RL_TRANSITIONS:-1000000}
+    done_at() {  # run_dir: the step its result.json says it finished at, 0 without one
+        python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" \
+            "$1/result.json" 2>/dev/null || echo 0
+    }
+    train_sac() {  # task run_dir steps: train, or resume an interrupted run
+        local resume=()
+        [ -f "$2/checkpoints/last.pt" ] && resume=("resume=$2/checkpoints/last.pt")
+        [ "$(done_at "$2")" -ge "$3" ] ||
+            robotrl train algo=sac env="$1" seed=0 total_steps="$3" run_dir="$2" \
+                "${one[@]}" "${resume[@]}"
+    }
     for task in ${D4RL_TASKS:-hopper halfcheetah walker2d}; do
         expert_run=runs/datasets/${task}_sac medium_run=runs/datasets/${task}_sac_medium
-        done_at() {  # the step a run's result.json says it finished at, 0 without one
-            python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" \
-                "$1/result.json" 2>/dev/null || echo 0
-        }
-        train_sac() {  # run_dir steps: train, or resume an interrupted run
-            local resume=()
-            [ -f "$1/checkpoints/last.pt" ] && resume=("resume=$1/checkpoints/last.pt")
-            [ "$(done_at "$1")" -ge "$2" ] ||
-                robotrl train algo=sac env="$task" seed=0 total_steps="$2" run_dir="$1" \
-                    "${one[@]}" "${resume[@]}"
-        }
-        train_sac "$expert_run" "$train_steps"
+        train_sac "$task" "$expert_run" "$train_steps"
         medium_steps=$(python - "$expert_run/result.json" <<'PY'
 import json, sys
 evaluations = json.load(open(sys.argv[1]))["evaluations"]
@@ -94,15 +97,12 @@ target = evaluations[-1]["return_mean"] / 3
 print(next(e["step"] for e in evaluations if e["return_mean"] >= target))
 PY
 )
-        train_sac "$medium_run" "$medium_steps"
-        expert=$expert_run/checkpoints/last.pt medium=$medium_run/checkpoints/last.pt
+        train_sac "$task" "$medium_run" "$medium_steps"
+        behaviour_expert=$expert_run/checkpoints/last.pt
+        behaviour_medium=$medium_run/checkpoints/last.pt
         for kind in random medium medium-replay medium-expert expert; do
-            id="robotrl/$task/$kind-v1" acting=$medium
-            [ "$kind" = expert ] && acting=$expert
-            [ "$kind" = random ] && acting=$expert  # its architecture, untrained
             steps=("steps=$transitions"); [ "$kind" = medium-replay ] && steps=()
-            [ -d "$MINARI_DATASETS_PATH/$id" ] || robotrl dataset collect id="$id" kind="$kind" \
-                recipe=d4rl progress=false checkpoint="$acting" expert="$expert" "${steps[@]}"
+            collect "robotrl/$task/$kind-v1" "$task" "$kind" recipe=d4rl "${steps[@]}"
         done
     done
     exit 0
